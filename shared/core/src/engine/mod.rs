@@ -1,0 +1,166 @@
+//! The engine: a pure function from `(workflow, state, input, now)` to a new state, the
+//! events to append and the effects that must follow. No I/O, no clock it is not given, no
+//! randomness. The store commits state, events and effects atomically; the worker turns
+//! effects into tasks and feeds tasks back in as inputs.
+//!
+//! [`transitions`] holds the run lifecycle table; [`progress`] the node execution and
+//! graph propagation it calls.
+
+mod progress;
+pub mod transitions;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::RunEvent;
+use crate::run::{NodeStatus, RunState, RunStatus};
+use crate::timefmt::Millis;
+
+pub use transitions::apply;
+
+/// The engine version stamped on `run.started` and snapshots.
+pub const ENGINE_VERSION: &str = "trellis-1";
+
+/// Something that happened to a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The run was accepted: emit `run.started` and schedule the entry node.
+    Start,
+    /// A step task for a node is due.
+    Step {
+        /// The node.
+        node_id: String,
+        /// The activation the task was issued for.
+        activation: u32,
+    },
+    /// A parked node's timer fired.
+    Wake {
+        /// The node.
+        node_id: String,
+        /// The activation the timer was set for.
+        activation: u32,
+    },
+    /// The run's duration budget ran out.
+    Deadline,
+    /// An operator asked to cancel.
+    Cancel {
+        /// Free-text reason.
+        reason: Option<String>,
+    },
+}
+
+/// Work that must follow a commit. Each effect becomes one task with a deterministic id,
+/// so issuing it twice is harmless.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Effect {
+    /// Execute `node_id` (activation `activation`) at `due_at`.
+    #[serde(rename_all = "camelCase")]
+    Step {
+        /// The node.
+        node_id: String,
+        /// Its activation.
+        activation: u32,
+        /// When.
+        due_at: Millis,
+    },
+    /// Wake the parked `node_id` at `due_at`.
+    #[serde(rename_all = "camelCase")]
+    Wake {
+        /// The node.
+        node_id: String,
+        /// Its activation.
+        activation: u32,
+        /// When.
+        due_at: Millis,
+    },
+    /// Enforce the run-duration limit at `due_at`.
+    #[serde(rename_all = "camelCase")]
+    Deadline {
+        /// When.
+        due_at: Millis,
+    },
+}
+
+impl Effect {
+    /// When the task is due.
+    pub fn due_at(&self) -> Millis {
+        match self {
+            Self::Step { due_at, .. } | Self::Wake { due_at, .. } | Self::Deadline { due_at } => *due_at,
+        }
+    }
+
+    /// A deterministic task id for this effect of `run_id`.
+    pub fn task_id(&self, run_id: &str) -> String {
+        match self {
+            Self::Step { node_id, activation, .. } => format!("{run_id}/step/{node_id}/{activation}"),
+            Self::Wake { node_id, activation, .. } => format!("{run_id}/wake/{node_id}/{activation}"),
+            Self::Deadline { .. } => format!("{run_id}/deadline"),
+        }
+    }
+
+    /// The input this effect feeds back into the engine when its task runs.
+    pub fn input(&self) -> Input {
+        match self {
+            Self::Step { node_id, activation, .. } => Input::Step { node_id: node_id.clone(), activation: *activation },
+            Self::Wake { node_id, activation, .. } => Input::Wake { node_id: node_id.clone(), activation: *activation },
+            Self::Deadline { .. } => Input::Deadline,
+        }
+    }
+}
+
+/// What the engine decided about an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The state changed: commit it with the events and effects.
+    Applied,
+    /// A late or duplicate input with nothing to do (e.g. any input to a terminal run).
+    Ignored(&'static str),
+    /// A redelivered task whose node already moved on: re-issue the outstanding effects.
+    Stale,
+    /// Not now (the run is paused or parked): keep the task and try again later.
+    Later,
+}
+
+/// The result of [`apply`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// What happened.
+    pub verdict: Verdict,
+    /// Events to append, with their sequences assigned.
+    pub events: Vec<RunEvent>,
+    /// Effects to issue.
+    pub effects: Vec<Effect>,
+}
+
+/// The effects a run still needs, derived from its state alone: a step for every scheduled
+/// node, a timer for every parked node, the deadline while it is live. Re-issuing them is how
+/// a redelivered task repairs a crash between commit and send.
+pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
+    if state.status.is_terminal() || state.status == RunStatus::Pending {
+        return Vec::new();
+    }
+    let mut effects: Vec<Effect> = state
+        .nodes
+        .iter()
+        .filter_map(|(node_id, node)| match node.status {
+            NodeStatus::Scheduled => Some(Effect::Step {
+                node_id: node_id.clone(),
+                activation: node.activation,
+                due_at: state.started_at.unwrap_or(state.created_at),
+            }),
+            NodeStatus::Waiting => Some(Effect::Wake {
+                node_id: node_id.clone(),
+                activation: node.activation,
+                due_at: node.wake_at.unwrap_or_default(),
+            }),
+            _ => None,
+        })
+        .collect();
+    if let Some(started) = state.started_at {
+        effects.push(Effect::Deadline { due_at: started.saturating_add(state.limits.run_duration_ms) });
+    }
+    effects
+}
+
+#[cfg(test)]
+mod tests;

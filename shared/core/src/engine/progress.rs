@@ -1,0 +1,350 @@
+//! What the transition table's rows do: start a run, execute a node, propagate along edges
+//! (conditions, joins, skips), complete, fail or cancel the run.
+
+use std::collections::VecDeque;
+
+use serde_json::{json, Map, Value};
+
+use super::{Effect, Outcome, Verdict, ENGINE_VERSION};
+use crate::event::{types, RunEvent};
+use crate::model::condition;
+use crate::model::definition::{PortRef, PortValue};
+use crate::model::Workflow;
+use crate::nodes::{self, NodeContext, NodeOutcome};
+use crate::run::{EdgeStatus, NodeState, NodeStatus, RunError, RunState, RunStatus};
+use crate::timefmt::Millis;
+
+/// One application of an input: accumulates events and effects against a working copy of
+/// the state, which replaces the caller's only when the verdict is [`Verdict::Applied`].
+pub(super) struct Transition<'a> {
+    workflow: &'a Workflow,
+    original: &'a mut RunState,
+    state: RunState,
+    now: Millis,
+    events: Vec<RunEvent>,
+    effects: Vec<Effect>,
+}
+
+impl<'a> Transition<'a> {
+    pub(super) fn new(workflow: &'a Workflow, original: &'a mut RunState, now: Millis) -> Self {
+        let state = original.clone();
+        Self { workflow, original, state, now, events: Vec::new(), effects: Vec::new() }
+    }
+
+    pub(super) fn status(&self) -> RunStatus {
+        self.state.status
+    }
+
+    pub(super) fn finish(self, verdict: Verdict) -> Outcome {
+        if verdict == Verdict::Applied {
+            *self.original = self.state;
+            Outcome { verdict, events: self.events, effects: self.effects }
+        } else {
+            Outcome { verdict, events: Vec::new(), effects: Vec::new() }
+        }
+    }
+
+    fn emit(&mut self, event_type: &str, node_id: Option<&str>, payload: Value) {
+        self.events.push(RunEvent {
+            sequence: self.state.next_sequence,
+            event_type: event_type.to_owned(),
+            node_id: node_id.map(str::to_owned),
+            payload,
+            timestamp: self.now,
+        });
+        self.state.next_sequence += 1;
+    }
+
+    fn elapsed_since_start(&self) -> u64 {
+        self.now.saturating_sub(self.state.started_at.unwrap_or(self.state.created_at))
+    }
+
+    // ----- rows -------------------------------------------------------------------------
+
+    pub(super) fn start(&mut self) -> Verdict {
+        self.state.status = RunStatus::Running;
+        self.state.started_at = Some(self.now);
+        let payload = json!({
+            "workflowId": self.state.workflow.id,
+            "workflowVersion": self.state.workflow.version,
+            "inputs": self.state.inputs,
+            "transport": "rest",
+            "engineVersion": ENGINE_VERSION,
+            "owner": { "tenant": self.state.tenant },
+            "tags": self.state.tags,
+            "metadata": self.state.metadata.clone().unwrap_or_else(|| json!({})),
+        });
+        self.emit(types::RUN_STARTED, None, payload);
+        let entry = self.workflow.definition.nodes[self.workflow.graph.entry].id.clone();
+        self.schedule(&entry);
+        self.effects.push(Effect::Deadline { due_at: self.now.saturating_add(self.state.limits.run_duration_ms) });
+        Verdict::Applied
+    }
+
+    pub(super) fn step(&mut self, node_id: &str, activation: u32) -> Verdict {
+        let Some(node) = self.state.nodes.get(node_id) else { return Verdict::Stale };
+        if node.status != NodeStatus::Scheduled || node.activation != activation {
+            return Verdict::Stale;
+        }
+        let Some(definition) = self.workflow.node(node_id).cloned() else { return Verdict::Stale };
+        if self.state.node_executions >= self.state.limits.max_node_executions {
+            let limit = self.state.limits.max_node_executions;
+            self.emit(
+                types::CAP_BREACHED,
+                Some(node_id),
+                json!({ "kind": "node-executions", "limit": limit, "observed": limit + 1, "nodeId": node_id }),
+            );
+            let error = RunError::new(
+                "recursion_limit_exceeded",
+                format!("the run exceeded its limit of {limit} node executions"),
+            );
+            self.fail_run(error, Some(node_id), "recursion-limit");
+            return Verdict::Applied;
+        }
+        self.state.node_executions += 1;
+        self.node_mut(node_id).started_at = Some(self.now);
+        self.emit(
+            types::NODE_STARTED,
+            Some(node_id),
+            json!({ "nodeId": node_id, "typeId": definition.type_id, "attempt": 1 }),
+        );
+        let outcome = match nodes::kind(&definition.type_id) {
+            Some(kind) => match self.resolve_inputs(&definition.inputs) {
+                Ok(inputs) => kind.execute(&NodeContext {
+                    node_id,
+                    config: &definition.config,
+                    inputs,
+                    variables: &self.state.variables,
+                    now: self.now,
+                }),
+                Err(error) => NodeOutcome::Failed(error),
+            },
+            None => NodeOutcome::Failed(RunError::new(
+                "unsupported_node_type",
+                format!("this host does not run node type `{}`", definition.type_id),
+            )),
+        };
+        match outcome {
+            NodeOutcome::Completed(outputs) => self.complete_node(node_id, outputs),
+            NodeOutcome::Failed(error) => self.fail_node(node_id, error),
+            NodeOutcome::SleepUntil(due_at) => {
+                let node = self.node_mut(node_id);
+                node.status = NodeStatus::Waiting;
+                node.wake_at = Some(due_at);
+                let activation = node.activation;
+                self.effects.push(Effect::Wake { node_id: node_id.to_owned(), activation, due_at });
+            }
+        }
+        Verdict::Applied
+    }
+
+    pub(super) fn wake(&mut self, node_id: &str, activation: u32) -> Verdict {
+        match self.state.nodes.get(node_id) {
+            Some(node) if node.status == NodeStatus::Waiting && node.activation == activation => {
+                if node.wake_at.is_some_and(|due| due > self.now) {
+                    return Verdict::Later;
+                }
+                self.complete_node(node_id, Map::new());
+                Verdict::Applied
+            }
+            _ => Verdict::Stale,
+        }
+    }
+
+    pub(super) fn deadline(&mut self) -> Verdict {
+        let limit = self.state.limits.run_duration_ms;
+        let elapsed = self.elapsed_since_start();
+        if elapsed < limit {
+            return Verdict::Later;
+        }
+        let observed = elapsed.max(limit + 1);
+        self.emit(types::CAP_BREACHED, None, json!({ "kind": "run-duration", "limit": limit, "observed": observed }));
+        let error = RunError::new("run_timeout", format!("the run exceeded its duration limit of {limit} ms"));
+        self.fail_run(error, None, "run-timeout");
+        Verdict::Applied
+    }
+
+    pub(super) fn has_step_in_flight(&self) -> bool {
+        self.state.nodes.values().any(|node| node.status == NodeStatus::Scheduled)
+    }
+
+    pub(super) fn begin_cancel(&mut self, reason: Option<String>) -> Verdict {
+        self.state.status = RunStatus::Cancelling;
+        self.state.cancel_reason = reason;
+        Verdict::Applied
+    }
+
+    pub(super) fn finish_cancel(&mut self) -> Verdict {
+        let reason = self.state.cancel_reason.clone();
+        self.cancel_now(reason)
+    }
+
+    pub(super) fn cancel_now(&mut self, reason: Option<String>) -> Verdict {
+        let reason = reason.unwrap_or_else(|| "cancelled by request".to_owned());
+        self.cancel_active_nodes(&reason);
+        self.state.status = RunStatus::Cancelled;
+        self.state.cancel_reason = Some(reason.clone());
+        self.state.ended_at = Some(self.now);
+        let payload = json!({ "reason": reason, "durationMs": self.elapsed_since_start() });
+        self.emit(types::RUN_CANCELLED, None, payload);
+        Verdict::Applied
+    }
+
+    // ----- helpers ----------------------------------------------------------------------
+
+    fn node_mut(&mut self, node_id: &str) -> &mut NodeState {
+        self.state.nodes.entry(node_id.to_owned()).or_insert_with(|| NodeState {
+            status: NodeStatus::Idle,
+            activation: 0,
+            wake_at: None,
+            started_at: None,
+            outputs: Map::new(),
+        })
+    }
+
+    fn schedule(&mut self, node_id: &str) {
+        let now = self.now;
+        let node = self.node_mut(node_id);
+        node.status = NodeStatus::Scheduled;
+        node.activation += 1;
+        let activation = node.activation;
+        self.effects.push(Effect::Step { node_id: node_id.to_owned(), activation, due_at: now });
+    }
+
+    fn resolve_inputs(
+        &self,
+        ports: &std::collections::BTreeMap<String, PortValue>,
+    ) -> Result<Map<String, Value>, RunError> {
+        let mut resolved = Map::new();
+        for (port, value) in ports {
+            let value = match value {
+                PortValue::Literal(value) | PortValue::Ref(PortRef::Static { value }) => Some(value.clone()),
+                PortValue::Ref(PortRef::Variable { variable_name }) => self.state.variables.get(variable_name).cloned(),
+                PortValue::Ref(PortRef::Connection { node_id, output_key }) => {
+                    self.state.nodes.get(node_id).and_then(|node| node.outputs.get(output_key)).cloned()
+                }
+                PortValue::Ref(PortRef::Expression { .. }) => {
+                    return Err(RunError::new("capability_required", "expression inputs are not supported"))
+                }
+            };
+            if let Some(value) = value {
+                resolved.insert(port.clone(), value);
+            }
+        }
+        Ok(resolved)
+    }
+
+    fn complete_node(&mut self, node_id: &str, outputs: Map<String, Value>) {
+        let Some(index) = self.workflow.graph.index_of(node_id) else { return };
+        let mut resolutions = Vec::new();
+        for &edge in &self.workflow.graph.outgoing[index] {
+            let taken = match &self.workflow.definition.edges[edge].condition {
+                None => Ok(true),
+                Some(c) => condition::evaluate(c, &outputs, &self.state.variables),
+            };
+            match taken {
+                Ok(taken) => resolutions.push((edge, taken)),
+                Err(error) => {
+                    let error = RunError::new("invalid_edge_condition", error.0);
+                    return self.fail_node(node_id, error);
+                }
+            }
+        }
+        let started = self.state.nodes.get(node_id).and_then(|n| n.started_at).unwrap_or(self.now);
+        let payload =
+            json!({ "nodeId": node_id, "outputs": outputs, "durationMs": self.now.saturating_sub(started) });
+        self.emit(types::NODE_COMPLETED, Some(node_id), payload);
+        for (key, value) in &outputs {
+            self.state.variables.insert(key.clone(), value.clone());
+        }
+        let node = self.node_mut(node_id);
+        node.status = NodeStatus::Completed;
+        node.wake_at = None;
+        node.outputs = outputs;
+        let mut targets = VecDeque::new();
+        for (edge, taken) in resolutions {
+            self.state.edges[edge] = if taken { EdgeStatus::Taken } else { EdgeStatus::NotTaken };
+            targets.push_back(self.workflow.graph.ends[edge].1);
+        }
+        self.propagate(targets);
+        if !self.state.nodes.values().any(|n| matches!(n.status, NodeStatus::Scheduled | NodeStatus::Waiting)) {
+            self.complete_run();
+        }
+    }
+
+    /// Decides every target whose incoming edges are all resolved: scheduled when one was
+    /// taken (a join waits for all live predecessors), skipped otherwise — and a skip
+    /// resolves the skipped node's own edges as not taken.
+    fn propagate(&mut self, mut targets: VecDeque<usize>) {
+        while let Some(target) = targets.pop_front() {
+            let node_id = self.workflow.definition.nodes[target].id.clone();
+            let idle = self.state.nodes.get(&node_id).is_none_or(|node| node.status == NodeStatus::Idle);
+            let incoming = &self.workflow.graph.incoming[target];
+            if !idle || incoming.iter().any(|&edge| self.state.edges[edge] == EdgeStatus::Unresolved) {
+                continue;
+            }
+            if incoming.iter().any(|&edge| self.state.edges[edge] == EdgeStatus::Taken) {
+                self.schedule(&node_id);
+                continue;
+            }
+            self.node_mut(&node_id).status = NodeStatus::Skipped;
+            self.emit(types::NODE_SKIPPED, Some(&node_id), json!({ "nodeId": node_id, "reason": "no-incoming-edge-taken" }));
+            for &edge in &self.workflow.graph.outgoing[target] {
+                self.state.edges[edge] = EdgeStatus::NotTaken;
+                targets.push_back(self.workflow.graph.ends[edge].1);
+            }
+        }
+    }
+
+    fn complete_run(&mut self) {
+        let mut outputs = Map::new();
+        for (index, node) in self.workflow.definition.nodes.iter().enumerate() {
+            if !self.workflow.graph.outgoing[index].is_empty() {
+                continue;
+            }
+            if let Some(state) = self.state.nodes.get(&node.id).filter(|s| s.status == NodeStatus::Completed) {
+                outputs.extend(state.outputs.clone());
+            }
+        }
+        self.state.status = RunStatus::Completed;
+        self.state.ended_at = Some(self.now);
+        let payload = json!({ "outputs": outputs, "durationMs": self.elapsed_since_start() });
+        self.emit(types::RUN_COMPLETED, None, payload);
+    }
+
+    fn fail_node(&mut self, node_id: &str, error: RunError) {
+        let node = self.node_mut(node_id);
+        node.status = NodeStatus::Failed;
+        node.wake_at = None;
+        self.emit(types::NODE_FAILED, Some(node_id), json!({ "nodeId": node_id, "error": error, "attempts": 1 }));
+        self.fail_run(error, Some(node_id), "run-failed");
+    }
+
+    fn fail_run(&mut self, error: RunError, failed_node: Option<&str>, cancel_reason: &str) {
+        self.cancel_active_nodes(cancel_reason);
+        let mut payload = json!({ "error": error, "durationMs": self.elapsed_since_start() });
+        if let Some(node_id) = failed_node {
+            payload["failedNodeId"] = json!(node_id);
+        }
+        self.state.status = RunStatus::Failed;
+        self.state.error = Some(error);
+        self.state.ended_at = Some(self.now);
+        self.emit(types::RUN_FAILED, None, payload);
+    }
+
+    fn cancel_active_nodes(&mut self, reason: &str) {
+        let active: Vec<String> = self
+            .state
+            .nodes
+            .iter()
+            .filter(|(_, node)| matches!(node.status, NodeStatus::Scheduled | NodeStatus::Waiting))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for node_id in active {
+            let node = self.node_mut(&node_id);
+            node.status = NodeStatus::Cancelled;
+            node.wake_at = None;
+            self.emit(types::NODE_CANCELLED, Some(&node_id), json!({ "nodeId": node_id, "reason": reason }));
+        }
+    }
+}

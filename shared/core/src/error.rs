@@ -1,0 +1,154 @@
+//! Typed errors with stable machine codes. The HTTP layer renders [`ServiceError`] as the
+//! canonical OpenWOP envelope `{error, message, details?}`; the codes here are the `error`
+//! strings and never change meaning.
+
+use serde_json::{json, Value};
+
+/// Why a workflow definition was refused at load or registration.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DefinitionError {
+    /// The document does not match `schemas/workflow-definition.schema.json`.
+    #[error("workflow definition does not match the schema")]
+    Schema {
+        /// One entry per schema violation: `{path, message}`.
+        violations: Vec<Value>,
+    },
+    /// Two nodes share an id.
+    #[error("node id `{node_id}` is used more than once")]
+    DuplicateNode {
+        /// The repeated id.
+        node_id: String,
+    },
+    /// An edge names a node that does not exist.
+    #[error("edge `{edge_id}` refers to unknown node `{node_id}`")]
+    DanglingEdge {
+        /// The offending edge.
+        edge_id: String,
+        /// The node id it names.
+        node_id: String,
+    },
+    /// A cycle that does not pass through a `core.orchestrator.supervisor` node.
+    #[error("the graph has a cycle through nodes {nodes:?}; only edges into a core.orchestrator.supervisor node may loop")]
+    Cycle {
+        /// Nodes on (or behind) the cycle.
+        nodes: Vec<String>,
+    },
+    /// A node the entry node cannot reach.
+    #[error("node `{node_id}` cannot be reached from the entry node `{entry}`")]
+    Unreachable {
+        /// The unreachable node.
+        node_id: String,
+        /// The entry node.
+        entry: String,
+    },
+}
+
+impl DefinitionError {
+    /// Structured details for the error envelope.
+    pub fn details(&self) -> Value {
+        match self {
+            Self::Schema { violations } => json!({ "reason": "schema", "violations": violations }),
+            Self::DuplicateNode { node_id } => json!({ "reason": "duplicate_node", "nodeId": node_id }),
+            Self::DanglingEdge { edge_id, node_id } => {
+                json!({ "reason": "dangling_edge", "edgeId": edge_id, "nodeId": node_id })
+            }
+            Self::Cycle { nodes } => json!({ "reason": "cycle", "nodes": nodes }),
+            Self::Unreachable { node_id, entry } => {
+                json!({ "reason": "unreachable_node", "nodeId": node_id, "entryNodeId": entry })
+            }
+        }
+    }
+}
+
+/// A failure of a storage adapter.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// The run's version moved since it was read (optimistic concurrency); reload and retry.
+    #[error("the run was changed by another writer")]
+    Conflict,
+    /// The backend could not serve the request right now; retrying may succeed.
+    #[error("storage is unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data could not be decoded; this is a bug or corruption, not retryable.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// The error of a use case, as callers see it. Each variant has a stable code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ServiceError {
+    /// The request is malformed; `details` says what is wrong.
+    #[error("{message}")]
+    Validation {
+        /// Human text (never echoes caller input verbatim).
+        message: String,
+        /// Machine-readable details.
+        details: Value,
+    },
+    /// No run or workflow with that id is visible to the caller.
+    #[error("{what} not found")]
+    NotFound {
+        /// `run` or `workflow`.
+        what: &'static str,
+    },
+    /// The caller lacks a scope or tried to act for another tenant.
+    #[error("{message}")]
+    Forbidden {
+        /// Human text.
+        message: String,
+        /// Machine-readable details.
+        details: Value,
+    },
+    /// The workflow (or request) needs something this host does not implement.
+    #[error("{message}")]
+    CapabilityRequired {
+        /// Human text.
+        message: String,
+        /// `{requiredCapability, offendingTypeId?, nodeId?}`.
+        details: Value,
+    },
+    /// The same idempotency key was used with a different request body.
+    #[error("the Idempotency-Key was already used with a different request")]
+    IdempotencyKeyMismatch,
+    /// A storage failure the caller may retry.
+    #[error("storage is unavailable")]
+    Unavailable,
+    /// A bug or corrupt data.
+    #[error("internal error")]
+    Internal,
+}
+
+impl ServiceError {
+    /// The stable machine code (the envelope's `error`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Validation { .. } => "validation_error",
+            Self::NotFound { .. } => "not_found",
+            Self::Forbidden { .. } => "forbidden",
+            Self::CapabilityRequired { .. } => "capability_required",
+            Self::IdempotencyKeyMismatch => "idempotency_key_mismatch",
+            Self::Unavailable => "service_unavailable",
+            Self::Internal => "internal_error",
+        }
+    }
+
+    /// Shorthand for a validation error.
+    pub fn validation(message: impl Into<String>, details: Value) -> Self {
+        Self::Validation { message: message.into(), details }
+    }
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Conflict | StoreError::Unavailable(_) => Self::Unavailable,
+            StoreError::Corrupt(_) => Self::Internal,
+        }
+    }
+}
+
+impl From<DefinitionError> for ServiceError {
+    fn from(error: DefinitionError) -> Self {
+        Self::Validation { message: error.to_string(), details: error.details() }
+    }
+}

@@ -1,0 +1,61 @@
+//! Entries of a run's append-only event log. Stored without a rendered run id; the HTTP
+//! layer renders the OpenWOP `RunEventDoc` (`eventId, runId, type, payload, timestamp,
+//! sequence, nodeId?`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::timefmt::Millis;
+
+/// Event types this host emits. Protocol-owned names only; host-specific events would use
+/// the vendor prefix `trellis.<family>.<name>` (see [`vendor_type`]).
+pub mod types {
+    /// First event of every run, written by the create commit.
+    pub const RUN_STARTED: &str = "run.started";
+    /// Terminal: success.
+    pub const RUN_COMPLETED: &str = "run.completed";
+    /// Terminal: failure.
+    pub const RUN_FAILED: &str = "run.failed";
+    /// Terminal: cancelled.
+    pub const RUN_CANCELLED: &str = "run.cancelled";
+    /// A node began executing.
+    pub const NODE_STARTED: &str = "node.started";
+    /// A node finished.
+    pub const NODE_COMPLETED: &str = "node.completed";
+    /// A node failed.
+    pub const NODE_FAILED: &str = "node.failed";
+    /// A node was not taken.
+    pub const NODE_SKIPPED: &str = "node.skipped";
+    /// A scheduled or waiting node was cancelled.
+    pub const NODE_CANCELLED: &str = "node.cancelled";
+    /// A limit was breached.
+    pub const CAP_BREACHED: &str = "cap.breached";
+
+    /// Whether `event_type` ends a run.
+    pub fn is_terminal(event_type: &str) -> bool {
+        matches!(event_type, RUN_COMPLETED | RUN_FAILED | RUN_CANCELLED)
+    }
+}
+
+/// Builds a vendor event type under Trellis's prefix: `trellis.<family>.<name>`.
+pub fn vendor_type(family: &str, name: &str) -> String {
+    format!("trellis.{family}.{name}")
+}
+
+/// One stored event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEvent {
+    /// 0, 1, 2, … per run, contiguous.
+    pub sequence: u64,
+    /// Dotted event type.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// Node for node-scoped events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Type-specific payload (always present).
+    pub payload: Value,
+    /// When it happened.
+    pub timestamp: Millis,
+}

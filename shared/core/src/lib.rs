@@ -1,0 +1,33 @@
+//! # trellis-core
+//!
+//! The engine of Trellis, an OpenWOP host. Everything here is free of I/O: no HTTP, no
+//! SQLite, no AWS. The crate holds
+//!
+//! - [`model`]: workflow definitions, their validation (the project's JSON Schemas in
+//!   `schemas/` plus graph rules) and the compiled graph the engine walks;
+//! - [`run`] and [`event`]: a run's durable state and the append-only event log entries;
+//! - [`engine`]: a pure function `(workflow, state, input, now) → (state', events, effects)`,
+//!   whose run lifecycle is written as an explicit transition table;
+//! - [`nodes`]: the node kinds this host runs (`core.noop`, `core.delay`, `core.identity`,
+//!   `core.fail`), one module each behind one trait;
+//! - [`ports`]: the traits the adapters implement (store, clock, ids, commit notifier);
+//! - [`service`]: the use cases (create, read, cancel, process a task) written over the ports,
+//!   shared by every front end and backend.
+//!
+//! Nothing in this crate knows whether it runs embedded (SQLite) or on AWS.
+
+pub mod engine;
+pub mod error;
+pub mod event;
+pub mod limits;
+pub mod model;
+pub mod nodes;
+pub mod ports;
+pub mod run;
+pub mod schema;
+pub mod service;
+pub mod timefmt;
+
+pub use error::{DefinitionError, ServiceError, StoreError};
+pub use event::RunEvent;
+pub use run::{RunState, RunStatus};

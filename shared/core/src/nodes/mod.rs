@@ -1,0 +1,111 @@
+//! Node kinds. Each kind is one module implementing [`NodeKind`]; [`kind`] is the registry.
+//! Adding a kind touches its module and one line of [`KINDS`].
+//!
+//! A node's execution is pure: resolved inputs, config and the time in; an outcome out.
+
+mod delay;
+mod fail;
+mod identity;
+mod noop;
+
+use serde_json::{Map, Value};
+
+use crate::model::definition::{PortRef, PortValue, WorkflowDefinition};
+use crate::model::CapabilityGap;
+use crate::run::RunError;
+use crate::timefmt::Millis;
+
+/// What a node's execution needs.
+#[derive(Debug)]
+pub struct NodeContext<'a> {
+    /// The node's id.
+    pub node_id: &'a str,
+    /// The node's `config`.
+    pub config: &'a Map<String, Value>,
+    /// The node's input ports, resolved (variables, connections, literals).
+    pub inputs: Map<String, Value>,
+    /// The run's variables.
+    pub variables: &'a Map<String, Value>,
+    /// Now.
+    pub now: Millis,
+}
+
+/// What a node's execution produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeOutcome {
+    /// Done, with outputs (merged into the run's variables).
+    Completed(Map<String, Value>),
+    /// Failed; the run fails.
+    Failed(RunError),
+    /// Park until the given time; then the node completes with no outputs.
+    SleepUntil(Millis),
+}
+
+/// One node kind.
+pub trait NodeKind: Sync {
+    /// The `typeId` it implements.
+    fn type_id(&self) -> &'static str;
+    /// Runs the node.
+    fn execute(&self, context: &NodeContext<'_>) -> NodeOutcome;
+}
+
+/// Every node kind this host runs.
+static KINDS: &[&dyn NodeKind] = &[&noop::Noop, &delay::Delay, &identity::Identity, &fail::Fail];
+
+/// The kind implementing `type_id`, if this host runs it.
+pub fn kind(type_id: &str) -> Option<&'static dyn NodeKind> {
+    KINDS.iter().copied().find(|kind| kind.type_id() == type_id)
+}
+
+/// The type ids this host runs.
+pub fn supported_type_ids() -> Vec<&'static str> {
+    KINDS.iter().map(|kind| kind.type_id()).collect()
+}
+
+/// The capability a type id is gated on, by the OpenWOP refusal contract; other unknown
+/// type ids are reported as `nodeTypes.<typeId>`.
+fn capability_for(type_id: &str) -> String {
+    match type_id {
+        "core.orchestrator.supervisor" => "orchestrator.supported".to_owned(),
+        "core.dispatch" => "dispatch.supported".to_owned(),
+        "core.conversationGate" => "conversationPrimitive".to_owned(),
+        other => format!("nodeTypes.{other}"),
+    }
+}
+
+/// The first thing in `definition` this host cannot run, if any.
+pub fn find_gap(definition: &WorkflowDefinition) -> Option<CapabilityGap> {
+    for node in &definition.nodes {
+        if kind(&node.type_id).is_none() {
+            return Some(CapabilityGap {
+                required_capability: capability_for(&node.type_id),
+                offending_type_id: Some(node.type_id.clone()),
+                node_id: Some(node.id.clone()),
+                message: format!("this host does not run node type `{}`", node.type_id),
+            });
+        }
+        let uses_expression =
+            node.inputs.values().any(|port| matches!(port, PortValue::Ref(PortRef::Expression { .. })));
+        if uses_expression {
+            return Some(CapabilityGap {
+                required_capability: "expressions".to_owned(),
+                offending_type_id: Some(node.type_id.clone()),
+                node_id: Some(node.id.clone()),
+                message: "this host has no expression language; expression inputs cannot be resolved".to_owned(),
+            });
+        }
+    }
+    definition.edges.iter().find(|edge| edge.condition.as_ref().is_some_and(|c| c.kind == "expression")).map(|edge| {
+        CapabilityGap {
+            required_capability: "expressions".to_owned(),
+            offending_type_id: None,
+            node_id: Some(edge.source_node_id.clone()),
+            message: format!("edge `{}` uses an expression condition; this host has no expression language", edge.id),
+        }
+    })
+}
+
+/// Reads a non-negative millisecond count from a JSON number.
+pub(crate) fn as_millis(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| value.as_f64().filter(|ms| ms.is_finite() && *ms >= 0.0).map(|ms| ms as u64))
+}

@@ -1,0 +1,166 @@
+//! The ports: what the engine's use cases need from the outside world. Adapters (the SQLite
+//! store, later DynamoDB and SQS) implement them; every store passes one shared contract
+//! test suite.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::engine::Effect;
+use crate::error::StoreError;
+use crate::event::RunEvent;
+use crate::run::RunState;
+use crate::timefmt::Millis;
+
+/// The read-only namespace holding bundled definitions (examples, conformance fixtures); a
+/// tenant's own definitions are looked up first.
+pub const GLOBAL_NAMESPACE: &str = "_global";
+
+/// A stored workflow definition version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredWorkflow {
+    /// `GLOBAL_NAMESPACE` or a tenant.
+    pub namespace: String,
+    /// The definition's content hash (its identity; versions are immutable).
+    pub content_hash: String,
+    /// The document, verbatim.
+    pub document: Value,
+}
+
+/// Workflow definitions, immutable per content hash.
+#[async_trait]
+pub trait WorkflowStore: Send + Sync {
+    /// Stores a definition version; storing the same content again is a no-op that makes it
+    /// the latest again.
+    async fn put_workflow(&self, workflow: &StoredWorkflow, workflow_id: &str, now: Millis) -> Result<(), StoreError>;
+    /// The most recently stored version of `workflow_id` in `namespace`.
+    async fn latest_workflow(&self, namespace: &str, workflow_id: &str) -> Result<Option<StoredWorkflow>, StoreError>;
+    /// One exact version.
+    async fn workflow_version(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        content_hash: &str,
+    ) -> Result<Option<StoredWorkflow>, StoreError>;
+    /// Ids of every workflow in `namespace`.
+    async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError>;
+}
+
+/// A finished response kept for an `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotencyRecord {
+    /// Tenant of the credential that sent the request.
+    pub tenant: String,
+    /// The routed operation, e.g. `POST /v1/runs`.
+    pub endpoint: String,
+    /// The caller's key.
+    pub key: String,
+    /// Digest of the request body.
+    pub request_digest: String,
+    /// Response status.
+    pub status: u16,
+    /// Response body.
+    pub body: Value,
+    /// When it was recorded.
+    pub created_at: Millis,
+}
+
+/// What [`RunStore::create_run`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateResult {
+    /// The run, its events, tasks and idempotency record were written.
+    Created,
+    /// Nothing was written: a record for the same idempotency key already exists.
+    Existing(IdempotencyRecord),
+}
+
+/// Runs and their event logs.
+#[async_trait]
+pub trait RunStore: Send + Sync {
+    /// Writes a new run with its first events, its first tasks and (when given) the
+    /// idempotency record, in one atomic commit.
+    async fn create_run(
+        &self,
+        run: &RunState,
+        events: &[RunEvent],
+        effects: &[Effect],
+        idempotency: Option<&IdempotencyRecord>,
+    ) -> Result<CreateResult, StoreError>;
+    /// The run's current state.
+    async fn load_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError>;
+    /// Replaces the run's state if its stored version is `expected_version`, appends
+    /// `events` and enqueues `effects`, atomically. [`StoreError::Conflict`] otherwise.
+    async fn commit(
+        &self,
+        run: &RunState,
+        expected_version: u64,
+        events: &[RunEvent],
+        effects: &[Effect],
+    ) -> Result<(), StoreError>;
+    /// Events with `sequence > after` (all when `None`), in order, at most `limit`.
+    async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError>;
+    /// The record for `(tenant, endpoint, key)`.
+    async fn find_idempotency(
+        &self,
+        tenant: &str,
+        endpoint: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError>;
+}
+
+/// A unit of work taken from the queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    /// Deterministic id (see [`Effect::task_id`]).
+    pub id: String,
+    /// The run it belongs to.
+    pub run_id: String,
+    /// What to do.
+    pub effect: Effect,
+    /// Deliveries so far, this one included.
+    pub deliveries: u32,
+}
+
+/// The task queue (embedded: the task table, which is also the outbox).
+#[async_trait]
+pub trait TaskQueue: Send + Sync {
+    /// Enqueues effects of `run_id`; a task whose id is already queued is left alone.
+    async fn enqueue(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError>;
+    /// Leases up to `max` tasks due at `now` for `lease_ms`.
+    async fn claim_due(&self, now: Millis, lease_ms: u64, max: usize) -> Result<Vec<Task>, StoreError>;
+    /// Removes a finished task.
+    async fn ack(&self, task_id: &str) -> Result<(), StoreError>;
+    /// Returns a task to the queue, visible again at `visible_at`.
+    async fn release(&self, task_id: &str, visible_at: Millis) -> Result<(), StoreError>;
+    /// When the earliest queued task becomes visible.
+    async fn next_visible_at(&self) -> Result<Option<Millis>, StoreError>;
+}
+
+/// Everything a backend provides.
+pub trait Backend: WorkflowStore + RunStore + TaskQueue {}
+
+impl<T: WorkflowStore + RunStore + TaskQueue> Backend for T {}
+
+/// The time.
+pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
+    fn now(&self) -> Millis;
+}
+
+/// Opaque id generation (kept out of the engine, which draws no randomness).
+pub trait IdGenerator: Send + Sync {
+    /// A new run id.
+    fn run_id(&self) -> String;
+}
+
+/// Tells waiters that a run changed.
+#[async_trait]
+pub trait Notifier: Send + Sync {
+    /// Called after every successful commit that appended events or enqueued tasks.
+    fn committed(&self, run_id: &str);
+    /// A counter that moves on every commit; pass it to [`Notifier::wait`].
+    fn generation(&self) -> u64;
+    /// Returns once the counter has moved past `seen`, or after `timeout`.
+    async fn wait(&self, seen: u64, timeout: Duration);
+}

@@ -1,0 +1,232 @@
+//! A run's durable state. The store keeps it as one document next to the event log; the
+//! engine is the only code that changes it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::timefmt::Millis;
+
+/// The OpenWOP run status enum, complete (RFC 0094 §B added `cancelling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStatus {
+    /// Accepted, not yet started.
+    Pending,
+    /// Executing.
+    Running,
+    /// Paused by an operator.
+    Paused,
+    /// Waiting on an approval.
+    WaitingApproval,
+    /// Waiting on a clarification.
+    WaitingInput,
+    /// Waiting on an external event.
+    WaitingExternal,
+    /// Finished successfully.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// A cancel was accepted while a step was in flight; `cancelled` follows.
+    Cancelling,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// `completed`, `failed` or `cancelled`.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Paused => "paused",
+            Self::WaitingApproval => "waiting-approval",
+            Self::WaitingInput => "waiting-input",
+            Self::WaitingExternal => "waiting-external",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelling => "cancelling",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Where a node is in its life within one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeStatus {
+    /// Not reached yet.
+    Idle,
+    /// A step task for it has been issued and not yet executed.
+    Scheduled,
+    /// Started and parked on a timer (`core.delay`).
+    Waiting,
+    /// Done.
+    Completed,
+    /// Failed.
+    Failed,
+    /// Not taken: every incoming edge resolved and none was taken.
+    Skipped,
+    /// Cancelled while scheduled or waiting.
+    Cancelled,
+}
+
+/// Per-node state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeState {
+    /// Status.
+    pub status: NodeStatus,
+    /// How many times the node has been activated (steps issued); part of task ids.
+    pub activation: u32,
+    /// When a waiting node's timer is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<Millis>,
+    /// When the node started (for `durationMs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Millis>,
+    /// Outputs of the last completion.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub outputs: Map<String, Value>,
+}
+
+/// Resolution of one edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EdgeStatus {
+    /// Its source has not finished.
+    Unresolved,
+    /// Its source completed and the condition held.
+    Taken,
+    /// Its source was skipped, or the condition did not hold.
+    NotTaken,
+}
+
+/// `{code, message, details?}` as carried by `run.failed`, `node.failed` and the snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunError {
+    /// Stable code.
+    pub code: String,
+    /// Human text.
+    pub message: String,
+    /// Extra data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+impl RunError {
+    /// A new error without details.
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self { code: code.to_owned(), message: message.into(), details: None }
+    }
+}
+
+/// Who created the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Principal {
+    /// Tenant the credential is bound to.
+    pub tenant: String,
+    /// The credential's subject (API key label).
+    pub subject: String,
+    /// How the caller authenticated (`api-key`).
+    pub key_class: String,
+}
+
+/// The workflow version a run is pinned to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowRef {
+    /// Workflow id.
+    pub id: String,
+    /// Author version label.
+    pub version: String,
+    /// Content hash of the definition the run executes.
+    pub content_hash: String,
+    /// Namespace it was found in (the tenant's, or the global bundled one).
+    pub namespace: String,
+}
+
+/// Limits in force for one run, fixed at creation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunLimits {
+    /// Node executions allowed (`min(recursionLimit, maxNodeExecutions)`).
+    pub max_node_executions: u32,
+    /// Wall-clock budget from `run.started` (`min(runTimeoutMs, maxRunDurationMs)`).
+    pub run_duration_ms: u64,
+}
+
+/// Everything the engine needs to continue a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunState {
+    /// Opaque run id.
+    pub run_id: String,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Creator.
+    pub principal: Principal,
+    /// Pinned workflow.
+    pub workflow: WorkflowRef,
+    /// Lifecycle status.
+    pub status: RunStatus,
+    /// Optimistic-concurrency version, +1 per commit.
+    pub version: u64,
+    /// Sequence the next event gets.
+    pub next_sequence: u64,
+    /// Caller inputs folded over variable defaults, as seeded.
+    pub inputs: Map<String, Value>,
+    /// The variable bag: seeded inputs plus node outputs.
+    pub variables: Map<String, Value>,
+    /// Per-node state by node id.
+    pub nodes: BTreeMap<String, NodeState>,
+    /// Per-edge resolution, in definition order.
+    pub edges: Vec<EdgeStatus>,
+    /// `node.started` count so far.
+    pub node_executions: u32,
+    /// Limits in force.
+    pub limits: RunLimits,
+    /// When the run was accepted.
+    pub created_at: Millis,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Millis>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<Millis>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// The reason given with an accepted cancel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
+    /// Caller-supplied `configurable`, echoed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configurable: Option<Value>,
+    /// Caller-supplied tags.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Caller-supplied metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    /// Caller-supplied scope id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope_id: Option<String>,
+}
+
+impl RunState {
+    /// The node currently parked on a timer, if any (the snapshot's `currentNodeId`).
+    pub fn current_node(&self) -> Option<&str> {
+        self.nodes
+            .iter()
+            .find(|(_, node)| matches!(node.status, NodeStatus::Waiting | NodeStatus::Scheduled))
+            .map(|(id, _)| id.as_str())
+    }
+}

@@ -1,0 +1,241 @@
+//! `POST /v1/runs`: validate the request, resolve the workflow, seed variables, start the
+//! run and commit it — run, `run.started`, first tasks and idempotency record in one write.
+//! A refused request persists nothing.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::Services;
+use crate::engine::{self, Input};
+use crate::error::ServiceError;
+use crate::model::Workflow;
+use crate::ports::{CreateResult, IdempotencyRecord};
+use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
+use crate::schema;
+
+/// The endpoint id idempotency records of run creation are keyed by.
+pub const CREATE_ENDPOINT: &str = "POST /v1/runs";
+
+/// An `Idempotency-Key` with the digest of the request it came with.
+#[derive(Debug, Clone)]
+pub struct IdempotencyKey {
+    /// The caller's key.
+    pub key: String,
+    /// Digest of the canonical request body.
+    pub request_digest: String,
+}
+
+/// The result of a create.
+#[derive(Debug)]
+pub enum CreateOutcome {
+    /// A new run was created.
+    Created(RunState),
+    /// The key was seen before with the same body: the recorded response.
+    Replayed(IdempotencyRecord),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateRunBody {
+    workflow_id: String,
+    #[serde(default)]
+    inputs: Map<String, Value>,
+    tenant_id: Option<String>,
+    scope_id: Option<String>,
+    callback_url: Option<String>,
+    configurable: Option<Value>,
+    #[serde(default)]
+    tags: Vec<String>,
+    metadata: Option<Value>,
+    mode: Option<String>,
+}
+
+impl Services {
+    /// Creates a run. `respond` renders the response (status and body) for a created run;
+    /// with an idempotency key it is recorded in the same commit as the run.
+    pub async fn create_run(
+        &self,
+        principal: &Principal,
+        body: &Value,
+        idempotency: Option<IdempotencyKey>,
+        respond: &(dyn Fn(&RunState) -> (u16, Value) + Sync),
+    ) -> Result<CreateOutcome, ServiceError> {
+        let violations = schema::create_run_violations(body);
+        if !violations.is_empty() {
+            return Err(ServiceError::validation("the request body is invalid", json!({ "violations": violations })));
+        }
+        if let Some(key) = &idempotency {
+            if let Some(record) = self.store.find_idempotency(&principal.tenant, CREATE_ENDPOINT, &key.key).await? {
+                return replay_or_mismatch(record, key);
+            }
+        }
+        let request: CreateRunBody = serde_json::from_value(body.clone())
+            .map_err(|_| ServiceError::validation("the request body is invalid", json!({})))?;
+        refuse_unsupported(&request, principal)?;
+        let (namespace, workflow) = self.find_workflow(&principal.tenant, &request.workflow_id).await?;
+        if let Some(gap) = &workflow.gap {
+            return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
+        }
+        let limits = self.run_limits(request.configurable.as_ref())?;
+        check_configurable(&workflow, request.configurable.as_ref())?;
+        let inputs = seed_variables(&workflow, request.inputs)?;
+
+        let now = self.clock.now();
+        let mut run = RunState {
+            run_id: self.ids.run_id(),
+            tenant: principal.tenant.clone(),
+            principal: principal.clone(),
+            workflow: WorkflowRef {
+                id: workflow.id().to_owned(),
+                version: workflow.definition.version.clone(),
+                content_hash: workflow.content_hash.clone(),
+                namespace,
+            },
+            status: RunStatus::Pending,
+            version: 0,
+            next_sequence: 0,
+            variables: inputs.clone(),
+            inputs,
+            nodes: Default::default(),
+            edges: vec![EdgeStatus::Unresolved; workflow.definition.edges.len()],
+            node_executions: 0,
+            limits,
+            created_at: now,
+            started_at: None,
+            ended_at: None,
+            error: None,
+            cancel_reason: None,
+            configurable: request.configurable,
+            tags: request.tags,
+            metadata: request.metadata,
+            scope_id: request.scope_id,
+        };
+        let outcome = engine::apply(&workflow, &mut run, Input::Start, now);
+        run.version = 1;
+        let record = idempotency.as_ref().map(|key| {
+            let (status, body) = respond(&run);
+            IdempotencyRecord {
+                tenant: principal.tenant.clone(),
+                endpoint: CREATE_ENDPOINT.to_owned(),
+                key: key.key.clone(),
+                request_digest: key.request_digest.clone(),
+                status,
+                body,
+                created_at: now,
+            }
+        });
+        match self.store.create_run(&run, &outcome.events, &outcome.effects, record.as_ref()).await? {
+            CreateResult::Created => {
+                self.notifier.committed(&run.run_id);
+                Ok(CreateOutcome::Created(run))
+            }
+            CreateResult::Existing(existing) => {
+                replay_or_mismatch(existing, idempotency.as_ref().expect("existing implies a key"))
+            }
+        }
+    }
+
+    fn run_limits(&self, configurable: Option<&Value>) -> Result<RunLimits, ServiceError> {
+        let max_executions = self.limits.max_node_executions;
+        let max_duration = self.limits.max_run_duration_ms;
+        let mut limits = RunLimits { max_node_executions: max_executions, run_duration_ms: max_duration };
+        let Some(configurable) = configurable else { return Ok(limits) };
+        if let Some(limit) = configurable.get("recursionLimit").and_then(Value::as_u64) {
+            if limit > u64::from(max_executions) {
+                return Err(ServiceError::validation(
+                    format!("configurable.recursionLimit must be between 1 and {max_executions}"),
+                    json!({ "field": "configurable.recursionLimit", "maximum": max_executions }),
+                ));
+            }
+            limits.max_node_executions = limit as u32;
+        }
+        if let Some(timeout) = configurable.get("runTimeoutMs").and_then(Value::as_f64) {
+            limits.run_duration_ms = (timeout.floor() as u64).clamp(1, max_duration);
+        }
+        Ok(limits)
+    }
+}
+
+fn replay_or_mismatch(record: IdempotencyRecord, key: &IdempotencyKey) -> Result<CreateOutcome, ServiceError> {
+    if record.request_digest == key.request_digest {
+        Ok(CreateOutcome::Replayed(record))
+    } else {
+        Err(ServiceError::IdempotencyKeyMismatch)
+    }
+}
+
+fn refuse_unsupported(request: &CreateRunBody, principal: &Principal) -> Result<(), ServiceError> {
+    if request.tenant_id.as_deref().is_some_and(|tenant| tenant != principal.tenant) {
+        return Err(ServiceError::Forbidden {
+            message: "the credential is not bound to the requested tenant".to_owned(),
+            details: json!({ "field": "tenantId" }),
+        });
+    }
+    if request.mode.is_some() {
+        return Err(ServiceError::CapabilityRequired {
+            message: "run modes (eval) are not supported by this host".to_owned(),
+            details: json!({ "requiredCapability": "eval" }),
+        });
+    }
+    if request.callback_url.is_some() {
+        return Err(ServiceError::CapabilityRequired {
+            message: "callbackUrl needs human-in-the-loop interrupts, which this host does not support yet".to_owned(),
+            details: json!({ "requiredCapability": "interrupts" }),
+        });
+    }
+    Ok(())
+}
+
+fn check_configurable(workflow: &Workflow, configurable: Option<&Value>) -> Result<(), ServiceError> {
+    let Some(schema) = &workflow.definition.configurable_schema else { return Ok(()) };
+    let validator = jsonschema::options().offline().build(schema).map_err(|_| {
+        ServiceError::validation("the workflow's configurableSchema is not a valid JSON Schema", json!({}))
+    })?;
+    let empty = json!({});
+    let violations: Vec<Value> = validator
+        .iter_errors(configurable.unwrap_or(&empty))
+        .map(|error| json!({ "path": error.instance_path().to_string(), "message": error.masked().to_string() }))
+        .collect();
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(ServiceError::validation(
+            "configurable does not match the workflow's configurableSchema",
+            json!({ "violations": violations }),
+        ))
+    }
+}
+
+/// Folds variable defaults, then the caller's inputs (the caller wins); checks declared
+/// types and required variables.
+fn seed_variables(workflow: &Workflow, inputs: Map<String, Value>) -> Result<Map<String, Value>, ServiceError> {
+    let mut seeded = Map::new();
+    for variable in &workflow.definition.variables {
+        if let Some(default) = &variable.default_value {
+            seeded.insert(variable.name.clone(), default.clone());
+        }
+    }
+    let mut wrong_types = Vec::new();
+    for (name, value) in inputs {
+        let declared = workflow.definition.variables.iter().find(|v| v.name == name);
+        if declared.is_some_and(|variable| !variable.accepts(&value)) {
+            let expected = declared.map(|v| v.kind.clone()).unwrap_or_default();
+            wrong_types.push(json!({ "path": format!("/inputs/{name}"), "message": format!("expected {expected}") }));
+        }
+        seeded.insert(name, value);
+    }
+    if !wrong_types.is_empty() {
+        return Err(ServiceError::validation("inputs do not match the workflow's variables", json!({ "violations": wrong_types })));
+    }
+    let missing: Vec<&str> = workflow
+        .definition
+        .variables
+        .iter()
+        .filter(|variable| variable.required && !seeded.contains_key(&variable.name))
+        .map(|variable| variable.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(ServiceError::validation("required inputs are missing", json!({ "missing": missing })));
+    }
+    Ok(seeded)
+}

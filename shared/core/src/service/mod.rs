@@ -1,0 +1,151 @@
+//! The use cases, written once over the ports: create a run, read it and its events, cancel
+//! it, and advance it by one task. HTTP handlers and queue workers are thin callers.
+
+mod create;
+mod workflows;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::engine::{self, Input, Outcome, Verdict};
+use crate::error::{ServiceError, StoreError};
+use crate::event::RunEvent;
+use crate::limits::HostLimits;
+use crate::model::Workflow;
+use crate::ports::{Backend, Clock, IdGenerator, Notifier};
+use crate::run::RunState;
+
+pub use create::{CreateOutcome, IdempotencyKey, CREATE_ENDPOINT};
+pub use workflows::LoadReport;
+
+/// How many times a use case re-reads and re-decides after losing a version race.
+const MAX_CONFLICT_RETRIES: usize = 16;
+
+/// The ports and settings the use cases run on.
+pub struct Services {
+    /// The backend.
+    pub store: Arc<dyn Backend>,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Id generation.
+    pub ids: Arc<dyn IdGenerator>,
+    /// Commit notifications.
+    pub notifier: Arc<dyn Notifier>,
+    /// Host limits.
+    pub limits: HostLimits,
+    compiled: Mutex<HashMap<String, Arc<Workflow>>>,
+}
+
+/// An engine decision about a stored run, ready to commit.
+#[derive(Debug)]
+pub struct Decision {
+    /// The run after the input (unchanged unless applied).
+    pub run: RunState,
+    /// The version it was read at.
+    pub expected_version: u64,
+    /// The engine's outcome.
+    pub outcome: Outcome,
+}
+
+impl Services {
+    /// Wires the use cases to their ports.
+    pub fn new(
+        store: Arc<dyn Backend>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+        notifier: Arc<dyn Notifier>,
+        limits: HostLimits,
+    ) -> Self {
+        Self { store, clock, ids, notifier, limits, compiled: Mutex::new(HashMap::new()) }
+    }
+
+    /// The run `run_id` if it belongs to `tenant` (another tenant's run reads as not found).
+    pub async fn get_run(&self, tenant: &str, run_id: &str) -> Result<RunState, ServiceError> {
+        match self.store.load_run(run_id).await? {
+            Some(run) if run.tenant == tenant => Ok(run),
+            _ => Err(ServiceError::NotFound { what: "run" }),
+        }
+    }
+
+    /// The run and its events after `after`.
+    pub async fn events(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<(RunState, Vec<RunEvent>), ServiceError> {
+        let run = self.get_run(tenant, run_id).await?;
+        // The state is read before the events, so a terminal status is never shown without
+        // its terminal event.
+        let events = self.store.events_after(run_id, after, limit).await?;
+        Ok((run, events))
+    }
+
+    /// Cancels a run. A parked run is cancelled in this call; a run with a step in flight
+    /// becomes `cancelling` and that step finishes the cancel. Cancelling a terminal run
+    /// changes nothing and returns it as it is.
+    pub async fn cancel_run(&self, tenant: &str, run_id: &str, reason: Option<String>) -> Result<RunState, ServiceError> {
+        self.get_run(tenant, run_id).await?;
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let decision = self.decide(run_id, Input::Cancel { reason: reason.clone() }).await?;
+            let Some(decision) = decision else { return Err(ServiceError::NotFound { what: "run" }) };
+            if decision.outcome.verdict != Verdict::Applied {
+                return Ok(decision.run);
+            }
+            match self.commit(&decision).await {
+                Ok(()) => return Ok(decision.run),
+                Err(StoreError::Conflict) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(ServiceError::Unavailable)
+    }
+
+    /// Loads the run and its pinned workflow and applies `input` at the current time.
+    /// `None` when the run does not exist.
+    pub async fn decide(&self, run_id: &str, input: Input) -> Result<Option<Decision>, ServiceError> {
+        let Some(mut run) = self.store.load_run(run_id).await? else { return Ok(None) };
+        let workflow = self.pinned_workflow(&run).await?;
+        let expected_version = run.version;
+        let outcome = engine::apply(&workflow, &mut run, input, self.clock.now());
+        if outcome.verdict == Verdict::Applied {
+            run.version = expected_version + 1;
+        }
+        Ok(Some(Decision { run, expected_version, outcome }))
+    }
+
+    /// Commits an applied decision (state, events and effects atomically) and notifies
+    /// waiters.
+    pub async fn commit(&self, decision: &Decision) -> Result<(), StoreError> {
+        self.store
+            .commit(&decision.run, decision.expected_version, &decision.outcome.events, &decision.outcome.effects)
+            .await?;
+        self.notifier.committed(&decision.run.run_id);
+        Ok(())
+    }
+
+    /// The compiled workflow a run is pinned to.
+    pub async fn pinned_workflow(&self, run: &RunState) -> Result<Arc<Workflow>, ServiceError> {
+        let pinned = &run.workflow;
+        if let Some(workflow) = self.compiled.lock().expect("cache lock").get(&pinned.content_hash) {
+            return Ok(workflow.clone());
+        }
+        let stored = self
+            .store
+            .workflow_version(&pinned.namespace, &pinned.id, &pinned.content_hash)
+            .await?
+            .ok_or(ServiceError::Internal)?;
+        self.compile_cached(stored.document)
+    }
+
+    fn compile_cached(&self, document: serde_json::Value) -> Result<Arc<Workflow>, ServiceError> {
+        let hash = crate::model::content_hash(&document);
+        if let Some(workflow) = self.compiled.lock().expect("cache lock").get(&hash) {
+            return Ok(workflow.clone());
+        }
+        let workflow = Arc::new(Workflow::compile(document).map_err(|_| ServiceError::Internal)?);
+        self.compiled.lock().expect("cache lock").insert(hash, workflow.clone());
+        Ok(workflow)
+    }
+}

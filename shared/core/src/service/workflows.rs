@@ -1,0 +1,92 @@
+//! Workflow definitions: storing them (from directories at start, or registered) and finding
+//! the one a tenant means by an id.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::Services;
+use crate::error::ServiceError;
+use crate::model::Workflow;
+use crate::ports::{StoredWorkflow, GLOBAL_NAMESPACE};
+
+/// What loading a directory of definitions did.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// Ids stored and runnable.
+    pub runnable: Vec<String>,
+    /// Ids stored but not runnable here, with the reason.
+    pub not_runnable: Vec<(String, String)>,
+    /// Files refused, with the reason.
+    pub refused: Vec<(String, String)>,
+}
+
+impl Services {
+    /// Validates and stores a definition in `namespace`.
+    pub async fn put_workflow(&self, namespace: &str, document: Value) -> Result<Arc<Workflow>, ServiceError> {
+        let workflow = Workflow::compile(document)?;
+        let stored = StoredWorkflow {
+            namespace: namespace.to_owned(),
+            content_hash: workflow.content_hash.clone(),
+            document: workflow.document.clone(),
+        };
+        self.store.put_workflow(&stored, workflow.id(), self.clock.now()).await?;
+        self.compile_cached(workflow.document.clone())
+    }
+
+    /// The latest definition `workflow_id` visible to `tenant`: its own first, then the
+    /// bundled global namespace. Returns the namespace it was found in.
+    pub async fn find_workflow(&self, tenant: &str, workflow_id: &str) -> Result<(String, Arc<Workflow>), ServiceError> {
+        for namespace in [tenant, GLOBAL_NAMESPACE] {
+            if let Some(stored) = self.store.latest_workflow(namespace, workflow_id).await? {
+                return Ok((namespace.to_owned(), self.compile_cached(stored.document)?));
+            }
+        }
+        Err(ServiceError::NotFound { what: "workflow" })
+    }
+
+    /// Loads every top-level `*.json` file of `dir` into the global namespace. A file that
+    /// is not a valid definition is refused (reported, not fatal); a definition with node
+    /// kinds this host does not run is stored but reported as not runnable.
+    pub async fn load_directory(&self, dir: &Path) -> Result<LoadReport, ServiceError> {
+        let mut report = LoadReport::default();
+        let entries = std::fs::read_dir(dir).map_err(|error| {
+            ServiceError::validation(
+                format!("cannot read workflow directory {}: {error}", dir.display()),
+                serde_json::json!({}),
+            )
+        })?;
+        let mut paths: Vec<_> = entries
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.is_file() && path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let document = match std::fs::read_to_string(&path).map(|text| serde_json::from_str::<Value>(&text)) {
+                Ok(Ok(document)) => document,
+                Ok(Err(error)) => {
+                    report.refused.push((name, format!("not JSON: {error}")));
+                    continue;
+                }
+                Err(error) => {
+                    report.refused.push((name, format!("unreadable: {error}")));
+                    continue;
+                }
+            };
+            match self.put_workflow(GLOBAL_NAMESPACE, document).await {
+                Ok(workflow) => match &workflow.gap {
+                    None => report.runnable.push(workflow.id().to_owned()),
+                    Some(gap) => report.not_runnable.push((workflow.id().to_owned(), gap.message.clone())),
+                },
+                Err(ServiceError::Validation { message, details }) => {
+                    report.refused.push((name, format!("{message} {details}")));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(report)
+    }
+}
