@@ -28,6 +28,9 @@ pub mod schema;
 pub mod service;
 pub mod timefmt;
 
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
+
 pub use error::{DefinitionError, ServiceError, StoreError};
 pub use event::RunEvent;
 pub use run::{RunState, RunStatus};

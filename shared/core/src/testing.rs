@@ -1,0 +1,191 @@
+//! Test support shared by every adapter: fixture builders and the store contract suite.
+//! Each store adapter runs [`store_contract`] against itself, so both backends are held to
+//! the same behaviour.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use crate::engine::{self, Effect, Input};
+use crate::model::Workflow;
+use crate::ports::{Backend, CreateResult, IdempotencyRecord, StoredWorkflow, GLOBAL_NAMESPACE};
+use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
+use crate::StoreError;
+
+/// A compiled three-node noop chain `a → b → c`.
+pub fn chain_workflow() -> Workflow {
+    Workflow::compile(json!({
+        "id": "contract-chain", "name": "Contract chain",
+        "nodes": [{"id": "a", "typeId": "core.noop"}, {"id": "b", "typeId": "core.noop"}, {"id": "c", "typeId": "core.noop"}],
+        "edges": [{"id": "ab", "sourceNodeId": "a", "targetNodeId": "b"}, {"id": "bc", "sourceNodeId": "b", "targetNodeId": "c"}]
+    }))
+    .expect("valid workflow")
+}
+
+/// A pending run of `workflow` for `tenant`.
+pub fn pending_run(workflow: &Workflow, run_id: &str, tenant: &str) -> RunState {
+    RunState {
+        run_id: run_id.to_owned(),
+        tenant: tenant.to_owned(),
+        principal: Principal { tenant: tenant.to_owned(), subject: "contract".into(), key_class: "api-key".into() },
+        workflow: WorkflowRef {
+            id: workflow.id().to_owned(),
+            version: workflow.definition.version.clone(),
+            content_hash: workflow.content_hash.clone(),
+            namespace: GLOBAL_NAMESPACE.to_owned(),
+        },
+        status: RunStatus::Pending,
+        version: 0,
+        next_sequence: 0,
+        inputs: Map::new(),
+        variables: Map::new(),
+        nodes: Default::default(),
+        edges: vec![EdgeStatus::Unresolved; workflow.definition.edges.len()],
+        node_executions: 0,
+        limits: RunLimits { max_node_executions: 100, run_duration_ms: 60_000 },
+        created_at: 1_000,
+        started_at: None,
+        ended_at: None,
+        error: None,
+        cancel_reason: None,
+        configurable: None,
+        tags: Vec::new(),
+        metadata: None,
+        scope_id: None,
+    }
+}
+
+fn record(key: &str, digest: &str, body: Value) -> IdempotencyRecord {
+    IdempotencyRecord {
+        tenant: "t1".into(),
+        endpoint: "POST /v1/runs".into(),
+        key: key.into(),
+        request_digest: digest.into(),
+        status: 201,
+        body,
+        created_at: 1_000,
+    }
+}
+
+/// Runs every contract check against a fresh backend from `make`.
+pub async fn store_contract<F: Fn() -> Arc<dyn Backend>>(make: F) {
+    create_then_load_round_trips(make()).await;
+    commit_is_guarded_by_version(make()).await;
+    concurrent_writers_one_wins(make()).await;
+    idempotent_create_writes_once(make()).await;
+    tasks_lease_release_and_ack(make()).await;
+    workflows_are_versioned_by_content(make()).await;
+}
+
+async fn started(store: &Arc<dyn Backend>, run_id: &str) -> (Workflow, RunState) {
+    let workflow = chain_workflow();
+    let mut run = pending_run(&workflow, run_id, "t1");
+    let outcome = engine::apply(&workflow, &mut run, Input::Start, 1_000);
+    run.version = 1;
+    let created = store.create_run(&run, &outcome.events, &outcome.effects, None).await.unwrap();
+    assert_eq!(created, CreateResult::Created);
+    (workflow, run)
+}
+
+async fn create_then_load_round_trips(store: Arc<dyn Backend>) {
+    let (_, run) = started(&store, "run-a").await;
+    assert_eq!(store.load_run("run-a").await.unwrap(), Some(run));
+    assert_eq!(store.load_run("run-missing").await.unwrap(), None);
+    let events = store.events_after("run-a", None, 100).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].event_type, "run.started");
+    assert!(store.events_after("run-a", Some(0), 100).await.unwrap().is_empty());
+}
+
+async fn commit_is_guarded_by_version(store: Arc<dyn Backend>) {
+    let (workflow, mut run) = started(&store, "run-b").await;
+    let outcome = engine::apply(&workflow, &mut run, Input::Step { node_id: "a".into(), activation: 1 }, 1_001);
+    run.version = 2;
+    store.commit(&run, 1, &outcome.events, &outcome.effects).await.unwrap();
+    assert_eq!(store.commit(&run, 1, &[], &[]).await, Err(StoreError::Conflict));
+    let sequences: Vec<u64> =
+        store.events_after("run-b", None, 100).await.unwrap().iter().map(|e| e.sequence).collect();
+    assert_eq!(sequences, [0, 1, 2]);
+    let limited = store.events_after("run-b", Some(0), 1).await.unwrap();
+    assert_eq!(limited.len(), 1);
+    assert_eq!(limited[0].sequence, 1);
+}
+
+async fn concurrent_writers_one_wins(store: Arc<dyn Backend>) {
+    let (workflow, run) = started(&store, "run-c").await;
+    let mut attempts = Vec::new();
+    for writer in 0..8u64 {
+        let store = store.clone();
+        let mut mine = run.clone();
+        let outcome = engine::apply(&workflow, &mut mine, Input::Cancel { reason: Some(format!("writer {writer}")) }, 1_002);
+        mine.version = 2;
+        attempts.push(async move { store.commit(&mine, 1, &outcome.events, &outcome.effects).await });
+    }
+    let mut wins = 0;
+    for attempt in attempts {
+        match attempt.await {
+            Ok(()) => wins += 1,
+            Err(StoreError::Conflict) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(wins, 1);
+    assert_eq!(store.load_run("run-c").await.unwrap().unwrap().version, 2);
+}
+
+async fn idempotent_create_writes_once(store: Arc<dyn Backend>) {
+    let workflow = chain_workflow();
+    let first = pending_run(&workflow, "run-i1", "t1");
+    let second = pending_run(&workflow, "run-i2", "t1");
+    let created = store.create_run(&first, &[], &[], Some(&record("k", "d1", json!({"runId": "run-i1"})))).await;
+    assert_eq!(created.unwrap(), CreateResult::Created);
+    let again = store.create_run(&second, &[], &[], Some(&record("k", "d2", json!({"runId": "run-i2"})))).await;
+    match again.unwrap() {
+        CreateResult::Existing(existing) => {
+            assert_eq!(existing.body, json!({"runId": "run-i1"}));
+            assert_eq!(existing.request_digest, "d1");
+        }
+        other => panic!("expected the existing record, got {other:?}"),
+    }
+    assert_eq!(store.load_run("run-i2").await.unwrap(), None, "a replayed create writes no run");
+    assert!(store.find_idempotency("t2", "POST /v1/runs", "k").await.unwrap().is_none(), "records are per tenant");
+}
+
+async fn tasks_lease_release_and_ack(store: Arc<dyn Backend>) {
+    let effects = [
+        Effect::Step { node_id: "a".into(), activation: 1, due_at: 100 },
+        Effect::Wake { node_id: "d".into(), activation: 1, due_at: 500 },
+    ];
+    store.enqueue("run-t", &effects).await.unwrap();
+    store.enqueue("run-t", &effects).await.unwrap();
+    assert_eq!(store.next_visible_at().await.unwrap(), Some(100));
+    let claimed = store.claim_due(200, 1_000, 10).await.unwrap();
+    assert_eq!(claimed.len(), 1, "re-enqueued ids are not duplicated; the timer is not due");
+    assert_eq!((claimed[0].id.as_str(), claimed[0].deliveries), ("run-t/step/a/1", 1));
+    assert!(store.claim_due(300, 1_000, 10).await.unwrap().is_empty(), "a leased task is invisible");
+    let redelivered = store.claim_due(1_300, 1_000, 10).await.unwrap();
+    assert_eq!(redelivered.len(), 2, "an expired lease makes the task visible again");
+    let step = redelivered.iter().find(|t| t.id == "run-t/step/a/1").unwrap();
+    assert_eq!(step.deliveries, 2);
+    store.ack("run-t/step/a/1").await.unwrap();
+    store.release("run-t/wake/d/1", 5_000).await.unwrap();
+    assert!(store.claim_due(4_999, 1_000, 10).await.unwrap().is_empty());
+    assert_eq!(store.claim_due(5_000, 1_000, 10).await.unwrap().len(), 1);
+}
+
+async fn workflows_are_versioned_by_content(store: Arc<dyn Backend>) {
+    let v1 = json!({"id": "wf", "name": "one", "nodes": [{"id": "a", "typeId": "core.noop"}]});
+    let v2 = json!({"id": "wf", "name": "two", "nodes": [{"id": "a", "typeId": "core.noop"}]});
+    let stored = |document: &Value| StoredWorkflow {
+        namespace: "t1".into(),
+        content_hash: crate::model::content_hash(document),
+        document: document.clone(),
+    };
+    store.put_workflow(&stored(&v1), "wf", 1).await.unwrap();
+    store.put_workflow(&stored(&v2), "wf", 2).await.unwrap();
+    assert_eq!(store.latest_workflow("t1", "wf").await.unwrap().unwrap().document["name"], "two");
+    let old = store.workflow_version("t1", "wf", &crate::model::content_hash(&v1)).await.unwrap();
+    assert_eq!(old.unwrap().document["name"], "one", "older versions stay readable for pinned runs");
+    assert!(store.latest_workflow("t2", "wf").await.unwrap().is_none());
+    assert_eq!(store.workflow_ids("t1").await.unwrap(), ["wf"]);
+}

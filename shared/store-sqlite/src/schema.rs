@@ -1,0 +1,52 @@
+//! The SQLite schema, created on open.
+
+/// DDL applied at open; every statement is idempotent.
+pub(crate) const DDL: &str = "
+CREATE TABLE IF NOT EXISTS workflows (
+    namespace     TEXT    NOT NULL,
+    workflow_id   TEXT    NOT NULL,
+    content_hash  TEXT    NOT NULL,
+    document      TEXT    NOT NULL,
+    registered_at INTEGER NOT NULL,
+    seq           INTEGER NOT NULL,
+    PRIMARY KEY (namespace, workflow_id, content_hash)
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id      TEXT    PRIMARY KEY,
+    tenant      TEXT    NOT NULL,
+    workflow_id TEXT    NOT NULL,
+    status      TEXT    NOT NULL,
+    version     INTEGER NOT NULL,
+    created_at  INTEGER NOT NULL,
+    state       TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at);
+CREATE TABLE IF NOT EXISTS events (
+    run_id    TEXT    NOT NULL,
+    sequence  INTEGER NOT NULL,
+    type      TEXT    NOT NULL,
+    node_id   TEXT,
+    payload   TEXT    NOT NULL,
+    timestamp INTEGER NOT NULL,
+    PRIMARY KEY (run_id, sequence)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idempotency (
+    tenant         TEXT    NOT NULL,
+    endpoint       TEXT    NOT NULL,
+    key            TEXT    NOT NULL,
+    request_digest TEXT    NOT NULL,
+    status         INTEGER NOT NULL,
+    body           TEXT    NOT NULL,
+    created_at     INTEGER NOT NULL,
+    PRIMARY KEY (tenant, endpoint, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tasks (
+    task_id      TEXT    PRIMARY KEY,
+    run_id       TEXT    NOT NULL,
+    effect       TEXT    NOT NULL,
+    due_at       INTEGER NOT NULL,
+    leased_until INTEGER,
+    deliveries   INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tasks_by_due ON tasks (due_at);
+";

@@ -1,0 +1,368 @@
+//! [`SqliteStore`]: the store ports over one `rusqlite` connection.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
+use serde_json::Value;
+use trellis_core::engine::Effect;
+use trellis_core::ports::{
+    CreateResult, IdempotencyRecord, RunStore, StoredWorkflow, Task, TaskQueue, WorkflowStore,
+};
+use trellis_core::timefmt::Millis;
+use trellis_core::{RunEvent, RunState, StoreError};
+
+use crate::schema::DDL;
+
+/// The embedded store. Operations are short and run under one connection lock.
+pub struct SqliteStore {
+    connection: Mutex<Connection>,
+}
+
+fn unavailable(error: rusqlite::Error) -> StoreError {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            StoreError::Unavailable("the database is locked by another process".to_owned())
+        }
+        _ => StoreError::Unavailable(error.to_string()),
+    }
+}
+
+fn corrupt(error: serde_json::Error) -> StoreError {
+    StoreError::Corrupt(error.to_string())
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(corrupt)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path`, in WAL mode with full
+    /// synchronous commits and exclusive locking; releases task leases left by a previous
+    /// process.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let connection = Connection::open(path).map_err(unavailable)?;
+        connection.busy_timeout(std::time::Duration::from_millis(250)).map_err(unavailable)?;
+        connection
+            .execute_batch("PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
+            .map_err(unavailable)?;
+        Self::init(connection)
+    }
+
+    /// A throw-away in-memory database.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        Self::init(Connection::open_in_memory().map_err(unavailable)?)
+    }
+
+    fn init(connection: Connection) -> Result<Self, StoreError> {
+        connection.execute_batch(DDL).map_err(unavailable)?;
+        // Taking the write lock here makes a second process on the same file fail at open.
+        connection.execute("UPDATE tasks SET leased_until = NULL", []).map_err(unavailable)?;
+        Ok(Self { connection: Mutex::new(connection) })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn insert_events(tx: &Transaction<'_>, run_id: &str, events: &[RunEvent]) -> Result<(), StoreError> {
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .map_err(unavailable)?;
+    for event in events {
+        insert
+            .execute(params![
+                run_id,
+                event.sequence,
+                event.event_type,
+                event.node_id,
+                to_json(&event.payload)?,
+                event.timestamp
+            ])
+            .map_err(unavailable)?;
+    }
+    Ok(())
+}
+
+fn insert_tasks(tx: &Connection, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
+    let mut insert = tx
+        .prepare_cached("INSERT OR IGNORE INTO tasks (task_id, run_id, effect, due_at) VALUES (?1, ?2, ?3, ?4)")
+        .map_err(unavailable)?;
+    for effect in effects {
+        insert.execute(params![effect.task_id(run_id), run_id, to_json(effect)?, effect.due_at()]).map_err(unavailable)?;
+    }
+    Ok(())
+}
+
+fn find_record(
+    connection: &Connection,
+    tenant: &str,
+    endpoint: &str,
+    key: &str,
+) -> Result<Option<IdempotencyRecord>, StoreError> {
+    let row = connection
+        .query_row(
+            "SELECT request_digest, status, body, created_at FROM idempotency WHERE tenant = ?1 AND endpoint = ?2 AND key = ?3",
+            params![tenant, endpoint, key],
+            |row| Ok((row.get::<_, String>(0)?, row.get::<_, u16>(1)?, row.get::<_, String>(2)?, row.get::<_, u64>(3)?)),
+        )
+        .optional()
+        .map_err(unavailable)?;
+    row.map(|(request_digest, status, body, created_at)| {
+        Ok(IdempotencyRecord {
+            tenant: tenant.to_owned(),
+            endpoint: endpoint.to_owned(),
+            key: key.to_owned(),
+            request_digest,
+            status,
+            body: serde_json::from_str(&body).map_err(corrupt)?,
+            created_at,
+        })
+    })
+    .transpose()
+}
+
+#[async_trait]
+impl WorkflowStore for SqliteStore {
+    async fn put_workflow(&self, workflow: &StoredWorkflow, workflow_id: &str, now: Millis) -> Result<(), StoreError> {
+        let connection = self.lock();
+        connection
+            .execute(
+                "INSERT INTO workflows (namespace, workflow_id, content_hash, document, registered_at, seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows))
+                 ON CONFLICT (namespace, workflow_id, content_hash) DO UPDATE SET seq = excluded.seq",
+                params![workflow.namespace, workflow_id, workflow.content_hash, to_json(&workflow.document)?, now],
+            )
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn latest_workflow(&self, namespace: &str, workflow_id: &str) -> Result<Option<StoredWorkflow>, StoreError> {
+        let connection = self.lock();
+        let row = connection
+            .query_row(
+                "SELECT content_hash, document FROM workflows WHERE namespace = ?1 AND workflow_id = ?2
+                 ORDER BY seq DESC LIMIT 1",
+                params![namespace, workflow_id],
+                |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+            )
+            .optional()
+            .map_err(unavailable)?;
+        row.map(|(content_hash, document)| {
+            Ok(StoredWorkflow {
+                namespace: namespace.to_owned(),
+                content_hash,
+                document: serde_json::from_str(&document).map_err(corrupt)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn workflow_version(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        content_hash: &str,
+    ) -> Result<Option<StoredWorkflow>, StoreError> {
+        let connection = self.lock();
+        let document = connection
+            .query_row(
+                "SELECT document FROM workflows WHERE namespace = ?1 AND workflow_id = ?2 AND content_hash = ?3",
+                params![namespace, workflow_id, content_hash],
+                |row| row.get::<_, String>(0),
+            )
+            .optional()
+            .map_err(unavailable)?;
+        document
+            .map(|document| {
+                Ok(StoredWorkflow {
+                    namespace: namespace.to_owned(),
+                    content_hash: content_hash.to_owned(),
+                    document: serde_json::from_str(&document).map_err(corrupt)?,
+                })
+            })
+            .transpose()
+    }
+
+    async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError> {
+        let connection = self.lock();
+        let mut query = connection
+            .prepare_cached("SELECT DISTINCT workflow_id FROM workflows WHERE namespace = ?1 ORDER BY workflow_id")
+            .map_err(unavailable)?;
+        let ids = query.query_map([namespace], |row| row.get::<_, String>(0)).map_err(unavailable)?;
+        ids.collect::<Result<_, _>>().map_err(unavailable)
+    }
+}
+
+#[async_trait]
+impl RunStore for SqliteStore {
+    async fn create_run(
+        &self,
+        run: &RunState,
+        events: &[RunEvent],
+        effects: &[Effect],
+        idempotency: Option<&IdempotencyRecord>,
+    ) -> Result<CreateResult, StoreError> {
+        let mut connection = self.lock();
+        let tx = connection.transaction().map_err(unavailable)?;
+        if let Some(record) = idempotency {
+            let inserted = tx
+                .execute(
+                    "INSERT OR IGNORE INTO idempotency (tenant, endpoint, key, request_digest, status, body, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![
+                        record.tenant,
+                        record.endpoint,
+                        record.key,
+                        record.request_digest,
+                        record.status,
+                        to_json(&record.body)?,
+                        record.created_at
+                    ],
+                )
+                .map_err(unavailable)?;
+            if inserted == 0 {
+                let existing = find_record(&tx, &record.tenant, &record.endpoint, &record.key)?;
+                return existing.map(CreateResult::Existing).ok_or(StoreError::Conflict);
+            }
+        }
+        tx.execute(
+            "INSERT INTO runs (run_id, tenant, workflow_id, status, version, created_at, state)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                run.run_id,
+                run.tenant,
+                run.workflow.id,
+                run.status.as_str(),
+                run.version,
+                run.created_at,
+                to_json(run)?
+            ],
+        )
+        .map_err(unavailable)?;
+        insert_events(&tx, &run.run_id, events)?;
+        insert_tasks(&tx, &run.run_id, effects)?;
+        tx.commit().map_err(unavailable)?;
+        Ok(CreateResult::Created)
+    }
+
+    async fn load_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
+        let connection = self.lock();
+        let state = connection
+            .query_row("SELECT state FROM runs WHERE run_id = ?1", [run_id], |row| row.get::<_, String>(0))
+            .optional()
+            .map_err(unavailable)?;
+        state.map(|state| serde_json::from_str(&state).map_err(corrupt)).transpose()
+    }
+
+    async fn commit(
+        &self,
+        run: &RunState,
+        expected_version: u64,
+        events: &[RunEvent],
+        effects: &[Effect],
+    ) -> Result<(), StoreError> {
+        let mut connection = self.lock();
+        let tx = connection.transaction().map_err(unavailable)?;
+        let updated = tx
+            .execute(
+                "UPDATE runs SET status = ?1, version = ?2, state = ?3 WHERE run_id = ?4 AND version = ?5",
+                params![run.status.as_str(), run.version, to_json(run)?, run.run_id, expected_version],
+            )
+            .map_err(unavailable)?;
+        if updated == 0 {
+            return Err(StoreError::Conflict);
+        }
+        insert_events(&tx, &run.run_id, events)?;
+        insert_tasks(&tx, &run.run_id, effects)?;
+        tx.commit().map_err(unavailable)
+    }
+
+    async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError> {
+        let connection = self.lock();
+        let mut query = connection
+            .prepare_cached(
+                "SELECT sequence, type, node_id, payload, timestamp FROM events
+                 WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
+            )
+            .map_err(unavailable)?;
+        let after = after.map_or(-1, |sequence| sequence as i64);
+        let rows = query
+            .query_map(params![run_id, after, limit as i64], |row| {
+                Ok((row.get::<_, u64>(0)?, row.get::<_, String>(1)?, row.get::<_, Option<String>>(2)?, row.get::<_, String>(3)?, row.get::<_, u64>(4)?))
+            })
+            .map_err(unavailable)?;
+        let mut events = Vec::new();
+        for row in rows {
+            let (sequence, event_type, node_id, payload, timestamp) = row.map_err(unavailable)?;
+            let payload: Value = serde_json::from_str(&payload).map_err(corrupt)?;
+            events.push(RunEvent { sequence, event_type, node_id, payload, timestamp });
+        }
+        Ok(events)
+    }
+
+    async fn find_idempotency(
+        &self,
+        tenant: &str,
+        endpoint: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        find_record(&self.lock(), tenant, endpoint, key)
+    }
+}
+
+#[async_trait]
+impl TaskQueue for SqliteStore {
+    async fn enqueue(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
+        insert_tasks(&self.lock(), run_id, effects)
+    }
+
+    async fn claim_due(&self, now: Millis, lease_ms: u64, max: usize) -> Result<Vec<Task>, StoreError> {
+        let connection = self.lock();
+        let mut claim = connection
+            .prepare_cached(
+                "UPDATE tasks SET leased_until = ?1, deliveries = deliveries + 1
+                 WHERE task_id IN (
+                     SELECT task_id FROM tasks
+                     WHERE due_at <= ?2 AND (leased_until IS NULL OR leased_until <= ?2)
+                     ORDER BY due_at LIMIT ?3)
+                 RETURNING task_id, run_id, effect, deliveries, due_at",
+            )
+            .map_err(unavailable)?;
+        let rows = claim
+            .query_map(params![now.saturating_add(lease_ms), now, max as i64], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?, row.get::<_, u32>(3)?, row.get::<_, u64>(4)?))
+            })
+            .map_err(unavailable)?;
+        let mut tasks = Vec::new();
+        for row in rows {
+            let (id, run_id, effect, deliveries, due_at) = row.map_err(unavailable)?;
+            let effect: Effect = serde_json::from_str(&effect).map_err(corrupt)?;
+            tasks.push((due_at, Task { id, run_id, effect, deliveries }));
+        }
+        tasks.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
+        Ok(tasks.into_iter().map(|(_, task)| task).collect())
+    }
+
+    async fn ack(&self, task_id: &str) -> Result<(), StoreError> {
+        self.lock().execute("DELETE FROM tasks WHERE task_id = ?1", [task_id]).map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn release(&self, task_id: &str, visible_at: Millis) -> Result<(), StoreError> {
+        self.lock()
+            .execute("UPDATE tasks SET due_at = ?1, leased_until = NULL WHERE task_id = ?2", params![visible_at, task_id])
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn next_visible_at(&self) -> Result<Option<Millis>, StoreError> {
+        self.lock()
+            .query_row("SELECT MIN(COALESCE(MAX(due_at, leased_until), due_at)) FROM tasks", [], |row| row.get::<_, Option<u64>>(0))
+            .map_err(unavailable)
+    }
+}
