@@ -1,1 +1,53 @@
-//! placeholder
+//! # trellis-http
+//!
+//! The OpenWOP v1 wire surface as one axum [`Router`], built by [`router`] from an
+//! [`AppState`] of shared services. The embedded host serves it with `axum::serve`; the
+//! serverless `api` function will serve the same router through `lambda_http`.
+//!
+//! Every non-2xx answer is the canonical envelope `{error, message, details?}` — axum's own
+//! rejections (body limit, unknown route, wrong method) included, via [`error::envelope_layer`].
+//! Bearer API keys are checked before any existence check.
+
+pub mod auth;
+pub mod discovery;
+pub mod error;
+mod render;
+mod routes;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use trellis_core::service::Services;
+
+pub use auth::{ApiKey, KeyRing, Scope};
+pub use discovery::Discovery;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The use cases.
+    pub services: Arc<Services>,
+    /// The API keys.
+    pub keys: Arc<KeyRing>,
+    /// The discovery document, built once at start.
+    pub discovery: Arc<Discovery>,
+}
+
+/// Builds the router for the OpenWOP v1 surface.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.services.limits.max_request_body_bytes;
+    Router::new()
+        .route("/.well-known/openwop", get(discovery::well_known))
+        .route("/v1/openapi.json", get(discovery::openapi))
+        .route("/v1/runs", post(routes::runs::create))
+        .route("/v1/runs/{run_id}", get(routes::runs::snapshot).post(routes::runs::custom_method))
+        .route("/v1/runs/{run_id}/cancel", post(routes::runs::cancel))
+        .route("/v1/runs/{run_id}/events/poll", get(routes::events::poll))
+        .route("/v1/workflows/{workflow_id}", get(routes::workflows::get_workflow))
+        .fallback(routes::fallback)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::map_response(error::envelope_layer))
+        .with_state(state)
+}

@@ -84,17 +84,26 @@ impl Services {
 
     /// Cancels a run. A parked run is cancelled in this call; a run with a step in flight
     /// becomes `cancelling` and that step finishes the cancel. Cancelling a terminal run
-    /// changes nothing and returns it as it is.
-    pub async fn cancel_run(&self, tenant: &str, run_id: &str, reason: Option<String>) -> Result<RunState, ServiceError> {
-        self.get_run(tenant, run_id).await?;
+    /// changes nothing; the flag returned says the run was already terminal.
+    pub async fn cancel_run(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        reason: Option<String>,
+    ) -> Result<(RunState, bool), ServiceError> {
+        let current = self.get_run(tenant, run_id).await?;
+        if current.status.is_terminal() {
+            return Ok((current, true));
+        }
         for _ in 0..MAX_CONFLICT_RETRIES {
             let decision = self.decide(run_id, Input::Cancel { reason: reason.clone() }).await?;
             let Some(decision) = decision else { return Err(ServiceError::NotFound { what: "run" }) };
             if decision.outcome.verdict != Verdict::Applied {
-                return Ok(decision.run);
+                let terminal = decision.run.status.is_terminal();
+                return Ok((decision.run, terminal));
             }
             match self.commit(&decision).await {
-                Ok(()) => return Ok(decision.run),
+                Ok(()) => return Ok((decision.run, false)),
                 Err(StoreError::Conflict) => continue,
                 Err(error) => return Err(error.into()),
             }

@@ -1,0 +1,175 @@
+//! [`EmbeddedHost`]: starts the store, loads definitions, runs the worker loop and serves the
+//! router until told to stop.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+use trellis_core::limits::HostLimits;
+use trellis_core::ports::{Backend, IdGenerator};
+use trellis_core::service::Services;
+use trellis_core::ports::GLOBAL_NAMESPACE;
+use trellis_http::{router, AppState, ApiKey, Discovery, KeyRing};
+use trellis_store_sqlite::SqliteStore;
+use trellis_worker::{run_loop, CrashPoint, LocalNotifier, SystemClock, WorkerOptions};
+
+use crate::args::ServeArgs;
+use crate::bundled;
+use crate::keys;
+
+/// Why the host could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {0}: {1}")]
+    DataDir(String, std::io::Error),
+    /// The store could not be opened (another process may own it).
+    #[error("cannot open the store: {0}")]
+    Store(#[from] trellis_core::StoreError),
+    /// Keys could not be loaded.
+    #[error(transparent)]
+    Keys(#[from] keys::KeyError),
+    /// A workflow directory could not be loaded.
+    #[error("cannot load workflows: {0}")]
+    Workflows(trellis_core::ServiceError),
+    /// The address could not be bound.
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+}
+
+/// Opaque run ids: `run-` and a random UUID.
+struct UuidRunIds;
+
+impl IdGenerator for UuidRunIds {
+    fn run_id(&self) -> String {
+        format!("run-{}", uuid::Uuid::new_v4())
+    }
+}
+
+/// Everything a host needs besides the command line.
+#[derive(Debug, Clone, Default)]
+pub struct HostOptions {
+    /// The key from `TRELLIS_API_KEY`, if set.
+    pub api_key: Option<String>,
+    /// Test hook: crash at this point (`TRELLIS_TEST_CRASH_AT`).
+    pub crash: Option<CrashPoint>,
+}
+
+/// A running embedded host.
+pub struct EmbeddedHost {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The development key, when one was generated or read (printed at start).
+    pub dev_key: Option<String>,
+    /// Ids discovery advertises as runnable fixtures.
+    pub fixtures: Vec<String>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    worker: JoinHandle<()>,
+}
+
+impl EmbeddedHost {
+    /// Opens the store, loads definitions, binds and starts serving.
+    pub async fn start(args: &ServeArgs, options: HostOptions) -> Result<Self, StartError> {
+        let store: Arc<dyn Backend> = if args.memory {
+            Arc::new(SqliteStore::open_in_memory()?)
+        } else {
+            std::fs::create_dir_all(&args.data_dir)
+                .map_err(|error| StartError::DataDir(args.data_dir.display().to_string(), error))?;
+            Arc::new(SqliteStore::open(&args.data_dir.join("trellis.db"))?)
+        };
+        let limits = HostLimits {
+            max_node_executions: args.max_node_executions,
+            max_run_duration_ms: args.max_run_duration_ms,
+            ..HostLimits::default()
+        };
+        let notifier = Arc::new(LocalNotifier::default());
+        let services = Arc::new(Services::new(store, Arc::new(SystemClock), Arc::new(UuidRunIds), notifier.clone(), limits));
+
+        let fixtures = load_definitions(&services, args).await?;
+        let (keys, dev_key) = collect_keys(args, &options)?;
+
+        let state = AppState {
+            services: services.clone(),
+            keys: Arc::new(KeyRing::new(keys)),
+            discovery: Arc::new(Discovery::new(&limits, &fixtures)),
+        };
+        let listener = TcpListener::bind(args.bind).await.map_err(|error| StartError::Bind(args.bind, error))?;
+        let addr = listener.local_addr().map_err(|error| StartError::Bind(args.bind, error))?;
+        let (shutdown, stop) = watch::channel(false);
+
+        let worker_options = WorkerOptions { crash: options.crash, ..WorkerOptions::default() };
+        let worker = tokio::spawn(run_loop(services, notifier, worker_options, stop.clone()));
+        let app = router(state);
+        let mut stop_server = stop;
+        let server = tokio::spawn(async move {
+            let graceful = async move {
+                let _ = stop_server.wait_for(|stopped| *stopped).await;
+            };
+            if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(graceful).await {
+                warn!(%error, "the HTTP server stopped with an error");
+            }
+        });
+        info!(%addr, fixtures = fixtures.len(), "trellis is serving");
+        Ok(Self { addr, dev_key, fixtures, shutdown, server, worker })
+    }
+
+    /// Stops accepting requests, lets in-flight ones and the current task finish, and waits.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.server.await;
+        let _ = self.worker.await;
+    }
+}
+
+/// Loads the bundled fixtures, `OPENWOP_FIXTURES_DIR` and every `--workflows` directory;
+/// returns the fixture ids to advertise (table entries that are loaded and runnable).
+async fn load_definitions(services: &Services, args: &ServeArgs) -> Result<Vec<String>, StartError> {
+    for (name, text) in bundled::FIXTURES {
+        let document = serde_json::from_str(text).expect("vendored fixtures are JSON");
+        services.put_workflow(GLOBAL_NAMESPACE, document).await.map_err(StartError::Workflows)?;
+        tracing::debug!(file = name, "bundled fixture loaded");
+    }
+    let dirs: Vec<&PathBuf> = args.fixtures_dir.iter().chain(args.workflows.iter()).collect();
+    for dir in dirs {
+        let report = services.load_directory(dir).await.map_err(StartError::Workflows)?;
+        info!(dir = %dir.display(), runnable = report.runnable.len(), not_runnable = report.not_runnable.len(), refused = report.refused.len(), "workflows loaded");
+        for (id, reason) in &report.not_runnable {
+            info!(workflow = %id, %reason, "stored but not runnable here");
+        }
+        for (file, reason) in &report.refused {
+            warn!(%file, %reason, "workflow definition refused");
+        }
+    }
+    let mut advertised = Vec::new();
+    for id in bundled::expected_fixture_ids() {
+        if let Ok((_, workflow)) = services.find_workflow(GLOBAL_NAMESPACE, &id).await {
+            if workflow.gap.is_none() {
+                advertised.push(id);
+            }
+        }
+    }
+    Ok(advertised)
+}
+
+fn collect_keys(args: &ServeArgs, options: &HostOptions) -> Result<(Vec<ApiKey>, Option<String>), StartError> {
+    let mut keys = Vec::new();
+    let mut dev_key = None;
+    if let Some(path) = &args.keys_file {
+        keys.extend(keys::load_keys_file(path)?);
+    }
+    match options.api_key.as_deref().filter(|key| !key.is_empty()) {
+        Some(secret) => keys.push(keys::full_access_key("env:TRELLIS_API_KEY", secret)),
+        None if keys.is_empty() => {
+            let secret = if args.memory { keys::generate_key() } else { keys::dev_key(&args.data_dir)? };
+            keys.push(keys::full_access_key("dev-key", &secret));
+            dev_key = Some(secret);
+        }
+        None => {}
+    }
+    Ok((keys, dev_key))
+}

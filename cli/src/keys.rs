@@ -1,0 +1,111 @@
+//! Where API keys come from: `TRELLIS_API_KEY`, a keys file of hashed keys, or a generated
+//! development key persisted (mode 0600) in the data directory. Keys are held hashed.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use serde::Deserialize;
+use trellis_http::ApiKey;
+
+/// The tenant of keys that do not name one.
+pub const DEFAULT_TENANT: &str = "default";
+/// The file, inside the data directory, that keeps the generated development key.
+pub const DEV_KEY_FILE: &str = "dev-api-key";
+
+/// Why keys could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The keys file could not be read.
+    #[error("cannot read keys file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The keys file is not a JSON array of key entries.
+    #[error("keys file {path} is invalid: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The development key could not be stored.
+    #[error("cannot store the development key in {path}: {source}")]
+    Persist {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// One entry of a keys file: `{"label", "sha256", "tenant", "scopes"}`; `sha256` is the hex
+/// SHA-256 of the key (`trellis hash-key` prints it).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyEntry {
+    label: String,
+    sha256: String,
+    tenant: String,
+    scopes: Vec<String>,
+}
+
+/// Reads a keys file.
+pub fn load_keys_file(path: &Path) -> Result<Vec<ApiKey>, KeyError> {
+    let shown = path.display().to_string();
+    let text = fs::read_to_string(path).map_err(|source| KeyError::Read { path: shown.clone(), source })?;
+    let entries: Vec<KeyEntry> =
+        serde_json::from_str(&text).map_err(|error| KeyError::Invalid { path: shown.clone(), message: error.to_string() })?;
+    entries
+        .into_iter()
+        .map(|entry| {
+            let bytes = hex::decode(entry.sha256.trim()).ok().filter(|bytes| bytes.len() == 32);
+            let hash: [u8; 32] = bytes.and_then(|b| b.try_into().ok()).ok_or_else(|| KeyError::Invalid {
+                path: shown.clone(),
+                message: format!("key `{}`: sha256 must be 64 hex characters", entry.label),
+            })?;
+            if entry.tenant.is_empty() {
+                return Err(KeyError::Invalid { path: shown.clone(), message: format!("key `{}` has no tenant", entry.label) });
+            }
+            Ok(ApiKey { label: entry.label, hash, tenant: entry.tenant, scopes: entry.scopes })
+        })
+        .collect()
+}
+
+/// A key with every scope for the default tenant.
+pub fn full_access_key(label: &str, secret: &str) -> ApiKey {
+    ApiKey { label: label.to_owned(), hash: ApiKey::hash_of(secret), tenant: DEFAULT_TENANT.to_owned(), scopes: vec!["*".to_owned()] }
+}
+
+/// A fresh random key, `trl_` followed by 64 hex characters.
+pub fn generate_key() -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the operating system provides randomness");
+    format!("trl_{}", hex::encode(bytes))
+}
+
+/// The development key kept in `data_dir`, created (mode 0600) on first use.
+pub fn dev_key(data_dir: &Path) -> Result<String, KeyError> {
+    let path = data_dir.join(DEV_KEY_FILE);
+    if let Ok(existing) = fs::read_to_string(&path) {
+        let existing = existing.trim();
+        if !existing.is_empty() {
+            return Ok(existing.to_owned());
+        }
+    }
+    let key = generate_key();
+    let shown = path.display().to_string();
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(&path).map_err(|source| KeyError::Persist { path: shown.clone(), source })?;
+    file.write_all(key.as_bytes()).and_then(|()| file.sync_all()).map_err(|source| KeyError::Persist { path: shown, source })?;
+    Ok(key)
+}

@@ -1,0 +1,159 @@
+//! Bearer API keys. Keys are held only as SHA-256 hashes, compared in constant time; each is
+//! bound to one tenant and a set of scopes. Authentication runs before any route looks a
+//! resource up, so a missing key never reveals whether something exists.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use trellis_core::run::Principal;
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// A permission a route needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// `POST /v1/runs`.
+    RunsCreate,
+    /// Reading runs and their events.
+    RunsRead,
+    /// Cancelling runs.
+    RunsCancel,
+    /// Reading workflow definitions.
+    ManifestRead,
+}
+
+impl Scope {
+    /// The scope's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RunsCreate => "runs:create",
+            Self::RunsRead => "runs:read",
+            Self::RunsCancel => "runs:cancel",
+            Self::ManifestRead => "manifest:read",
+        }
+    }
+
+    /// Every scope this host checks.
+    pub const ALL: [Scope; 4] = [Self::RunsCreate, Self::RunsRead, Self::RunsCancel, Self::ManifestRead];
+}
+
+/// One API key as stored: its hash, tenant and scopes.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    /// A label for logs and the run's recorded principal.
+    pub label: String,
+    /// SHA-256 of the key.
+    pub hash: [u8; 32],
+    /// The tenant the key acts for.
+    pub tenant: String,
+    /// Granted scopes (`*` grants all).
+    pub scopes: Vec<String>,
+}
+
+impl ApiKey {
+    /// SHA-256 of a presented key.
+    pub fn hash_of(secret: &str) -> [u8; 32] {
+        Sha256::digest(secret.as_bytes()).into()
+    }
+
+    fn grants(&self, scope: Scope) -> bool {
+        self.scopes.iter().any(|granted| granted == "*" || granted == scope.as_str())
+    }
+}
+
+/// Every accepted key.
+#[derive(Debug, Clone, Default)]
+pub struct KeyRing {
+    keys: Vec<ApiKey>,
+}
+
+impl KeyRing {
+    /// A ring of `keys`.
+    pub fn new(keys: Vec<ApiKey>) -> Self {
+        Self { keys }
+    }
+
+    /// The key whose hash matches `secret`. Every stored hash is compared, in constant time.
+    pub fn find(&self, secret: &str) -> Option<&ApiKey> {
+        let presented = ApiKey::hash_of(secret);
+        let mut found = None;
+        for key in &self.keys {
+            if bool::from(key.hash.ct_eq(&presented)) {
+                found = Some(key);
+            }
+        }
+        found
+    }
+}
+
+/// The authenticated caller of a `/v1` route.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Who they are, as recorded on runs.
+    pub principal: Principal,
+    key: ApiKey,
+}
+
+impl Caller {
+    /// `403 forbidden` unless the key grants `scope`.
+    pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
+        if self.key.grants(scope) {
+            Ok(())
+        } else {
+            Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "the API key lacks the scope this route needs")
+                .with_details(json!({ "scopeRequired": scope.as_str() })))
+        }
+    }
+
+    /// The caller's tenant.
+    pub fn tenant(&self) -> &str {
+        &self.principal.tenant
+    }
+}
+
+/// Authenticates `Authorization: Bearer <key>` from request headers.
+pub fn authenticate(parts: &Parts, keys: &KeyRing) -> Result<Caller, ApiError> {
+    let header = parts.headers.get(header::AUTHORIZATION).and_then(|value| value.to_str().ok());
+    let token = header
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|token| !token.is_empty())
+        .ok_or_else(ApiError::unauthenticated)?;
+    let key = keys.find(token).ok_or_else(ApiError::unauthenticated)?;
+    Ok(Caller {
+        principal: Principal { tenant: key.tenant.clone(), subject: key.label.clone(), key_class: "api-key".to_owned() },
+        key: key.clone(),
+    })
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        authenticate(parts, &state.keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_keys_by_hash_and_checks_scopes() {
+        let ring = KeyRing::new(vec![ApiKey {
+            label: "reader".into(),
+            hash: ApiKey::hash_of("s3cret"),
+            tenant: "acme".into(),
+            scopes: vec!["runs:read".into()],
+        }]);
+        assert!(ring.find("wrong").is_none());
+        let key = ring.find("s3cret").unwrap();
+        assert!(key.grants(Scope::RunsRead));
+        assert!(!key.grants(Scope::RunsCancel));
+    }
+}

@@ -1,0 +1,69 @@
+//! `GET /.well-known/openwop` and `GET /v1/openapi.json`. Discovery advertises only what this
+//! host implements and enforces.
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use trellis_core::limits::HostLimits;
+
+use crate::AppState;
+
+/// The OpenAPI 3.1 document of the routes served (`schemas/openapi.json`).
+pub const OPENAPI: &str = include_str!("../../../schemas/openapi.json");
+
+/// The discovery document, built once at start.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    document: Value,
+}
+
+impl Discovery {
+    /// Builds the document for `limits` and the runnable, advertised fixture ids.
+    pub fn new(limits: &HostLimits, fixtures: &[String]) -> Self {
+        let mut document = json!({
+            "protocolVersion": "1.0",
+            "protocolVersions": ["1.0"],
+            "implementation": { "name": "trellis", "version": env!("CARGO_PKG_VERSION"), "vendor": "trellis" },
+            "engineVersion": 1,
+            "eventLogSchemaVersion": 2,
+            "supportedEnvelopes": [],
+            "schemaVersions": {},
+            "supportedTransports": ["rest"],
+            "limits": {
+                "clarificationRounds": 0,
+                "schemaRounds": 0,
+                "envelopesPerTurn": 0,
+                "maxNodeExecutions": limits.max_node_executions,
+                "maxRunDurationMs": limits.max_run_duration_ms,
+                "maxRequestBodyBytes": limits.max_request_body_bytes,
+            },
+            "configurable": {
+                "recursionLimit": { "type": "integer", "minimum": 1, "maximum": limits.max_node_executions },
+                "runTimeoutMs": { "type": "number", "exclusiveMinimum": 0, "maximum": limits.max_run_duration_ms },
+            },
+        });
+        if !fixtures.is_empty() {
+            document["fixtures"] = json!(fixtures);
+        }
+        Self { document }
+    }
+
+    /// The document.
+    pub fn document(&self) -> &Value {
+        &self.document
+    }
+}
+
+/// `GET /.well-known/openwop`.
+pub(crate) async fn well_known(State(state): State<AppState>) -> Response {
+    let mut response = Json(state.discovery.document().clone()).into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+    response
+}
+
+/// `GET /v1/openapi.json`.
+pub(crate) async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}

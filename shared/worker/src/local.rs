@@ -1,0 +1,118 @@
+//! The embedded worker loop and the in-process adapters it needs: the system clock and a
+//! notifier that wakes the loop and event waiters on every commit.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use tokio::sync::{watch, Notify};
+use tracing::{error, warn};
+use trellis_core::ports::{Clock, Notifier};
+use trellis_core::service::Services;
+use trellis_core::timefmt::Millis;
+
+use crate::crash::CrashPoint;
+use crate::step::process_task;
+
+/// The wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Millis {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as Millis).unwrap_or_default()
+    }
+}
+
+/// Wakes the worker loop and long-polls after each commit. No commit is missed: the loop
+/// keeps a wake-up permit, waiters compare a generation counter.
+#[derive(Debug)]
+pub struct LocalNotifier {
+    generation: watch::Sender<u64>,
+    wake: Notify,
+}
+
+impl Default for LocalNotifier {
+    fn default() -> Self {
+        Self { generation: watch::channel(0).0, wake: Notify::new() }
+    }
+}
+
+#[async_trait]
+impl Notifier for LocalNotifier {
+    fn committed(&self, _run_id: &str) {
+        self.generation.send_modify(|generation| *generation += 1);
+        self.wake.notify_one();
+    }
+
+    fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    async fn wait(&self, seen: u64, timeout: Duration) {
+        let mut receiver = self.generation.subscribe();
+        let _ = tokio::time::timeout(timeout, receiver.wait_for(|generation| *generation != seen)).await;
+    }
+}
+
+/// Settings of the embedded worker loop.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// How long a claimed task stays invisible to other claims.
+    pub lease_ms: u64,
+    /// Tasks claimed per round.
+    pub batch: usize,
+    /// Longest sleep between rounds when the queue looks idle.
+    pub idle_poll: Duration,
+    /// Test hook: abort at this point (see [`CrashPoint`]).
+    pub crash: Option<CrashPoint>,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self { lease_ms: 30_000, batch: 64, idle_poll: Duration::from_secs(1), crash: None }
+    }
+}
+
+/// Claims and processes due tasks until `shutdown` turns true.
+pub async fn run_loop(
+    services: Arc<Services>,
+    notifier: Arc<LocalNotifier>,
+    options: WorkerOptions,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_millis(50);
+    while !*shutdown.borrow() {
+        let now = services.clock.now();
+        let tasks = match services.store.claim_due(now, options.lease_ms, options.batch).await {
+            Ok(tasks) => tasks,
+            Err(err) => {
+                error!(error = %err, "claiming tasks failed; backing off");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        for task in &tasks {
+            if let Err(err) = process_task(&services, task, options.crash).await {
+                warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed; it will be redelivered");
+                let retry = services.clock.now() + 1_000 * u64::from(task.deliveries.min(30));
+                let _ = services.store.release(&task.id, retry).await;
+            }
+        }
+        if !tasks.is_empty() {
+            continue;
+        }
+        let next = services.store.next_visible_at().await.ok().flatten();
+        let sleep = next
+            .map(|due| Duration::from_millis(due.saturating_sub(services.clock.now())))
+            .unwrap_or(options.idle_poll)
+            .min(options.idle_poll);
+        tokio::select! {
+            () = notifier.wake.notified() => {}
+            () = tokio::time::sleep(sleep) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
