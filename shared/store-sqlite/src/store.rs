@@ -62,6 +62,21 @@ impl SqliteStore {
         Ok(Self { connection: Mutex::new(connection) })
     }
 
+    /// Row counts of every table, for diagnostics and for tests that check a refused request
+    /// persisted nothing.
+    pub fn table_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        let connection = self.lock();
+        ["workflows", "runs", "events", "idempotency", "tasks"]
+            .into_iter()
+            .map(|table| {
+                let count = connection
+                    .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| row.get::<_, u64>(0))
+                    .map_err(unavailable)?;
+                Ok((table, count))
+            })
+            .collect()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Connection> {
         self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }

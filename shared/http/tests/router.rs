@@ -1,0 +1,319 @@
+//! The router through `oneshot`: no listener, an in-memory store, a fake clock. Covers the
+//! bad-input classes (each answered with the canonical envelope and nothing persisted), auth
+//! before existence, tenant isolation and the happy paths of every route.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+use trellis_core::limits::HostLimits;
+use trellis_core::ports::{Clock, IdGenerator, Notifier, GLOBAL_NAMESPACE};
+use trellis_core::service::Services;
+use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing};
+use trellis_store_sqlite::SqliteStore;
+
+struct FixedClock;
+impl Clock for FixedClock {
+    fn now(&self) -> u64 {
+        1_767_225_600_000
+    }
+}
+
+#[derive(Default)]
+struct CountingIds(AtomicU64);
+impl IdGenerator for CountingIds {
+    fn run_id(&self) -> String {
+        format!("run-{}", self.0.fetch_add(1, Ordering::SeqCst))
+    }
+}
+
+struct NoWait;
+#[async_trait::async_trait]
+impl Notifier for NoWait {
+    fn committed(&self, _run_id: &str) {}
+    fn generation(&self) -> u64 {
+        0
+    }
+    async fn wait(&self, _seen: u64, _timeout: Duration) {}
+}
+
+struct Harness {
+    app: Router,
+    store: Arc<SqliteStore>,
+}
+
+fn key(label: &str, secret: &str, tenant: &str, scopes: &[&str]) -> ApiKey {
+    ApiKey {
+        label: label.into(),
+        hash: ApiKey::hash_of(secret),
+        tenant: tenant.into(),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+async fn harness() -> Harness {
+    let store = Arc::new(SqliteStore::open_in_memory().unwrap());
+    let services = Arc::new(Services::new(
+        store.clone(),
+        Arc::new(FixedClock),
+        Arc::new(CountingIds::default()),
+        Arc::new(NoWait),
+        HostLimits::default(),
+    ));
+    let definitions = [
+        json!({"id": "chain", "name": "Chain", "version": "1",
+               "nodes": [{"id": "a", "typeId": "core.noop"}, {"id": "b", "typeId": "core.noop"}],
+               "edges": [{"id": "ab", "sourceNodeId": "a", "targetNodeId": "b"}]}),
+        json!({"id": "typed", "name": "Typed", "nodes": [{"id": "a", "typeId": "core.noop"}],
+               "variables": [{"name": "count", "type": "number", "required": true}]}),
+        json!({"id": "supervised", "name": "Supervised",
+               "nodes": [{"id": "sup", "typeId": "core.orchestrator.supervisor"}, {"id": "d", "typeId": "core.dispatch"}],
+               "edges": [{"id": "e1", "sourceNodeId": "sup", "targetNodeId": "d"}, {"id": "e2", "sourceNodeId": "d", "targetNodeId": "sup"}]}),
+    ];
+    for definition in definitions {
+        services.put_workflow(GLOBAL_NAMESPACE, definition).await.unwrap();
+    }
+    let keys = KeyRing::new(vec![
+        key("alice", "alice-key", "tenant-a", &["*"]),
+        key("bob", "bob-key", "tenant-b", &["*"]),
+        key("reader", "reader-key", "tenant-a", &["runs:read"]),
+    ]);
+    let discovery = Discovery::new(&HostLimits::default(), &["conformance-noop".to_owned()]);
+    let state = AppState { services, keys: Arc::new(keys), discovery: Arc::new(discovery) };
+    Harness { app: router(state), store }
+}
+
+impl Harness {
+    async fn call(&self, method: &str, uri: &str, key: Option<&str>, body: Option<Body>) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(key) = key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        let request = request.body(body.unwrap_or_else(Body::empty)).unwrap();
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, value)
+    }
+
+    async fn post(&self, uri: &str, key: &str, body: Value) -> (StatusCode, Value) {
+        self.call("POST", uri, Some(key), Some(Body::from(body.to_string()))).await
+    }
+
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        self.store.table_counts().unwrap().into_iter().filter(|(table, _)| *table != "workflows").collect()
+    }
+}
+
+/// The canonical envelope: exactly `error`, `message` and optionally `details` (an object).
+fn assert_envelope(body: &Value, code: &str) {
+    let object = body.as_object().unwrap_or_else(|| panic!("not an object: {body}"));
+    assert_eq!(object.get("error").and_then(Value::as_str), Some(code), "{body}");
+    assert!(object.get("message").and_then(Value::as_str).is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(object.keys().all(|k| k == "error" || k == "message" || k == "details"), "{body}");
+    if let Some(details) = object.get("details") {
+        assert!(details.is_object(), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn create_then_read_a_run() {
+    let h = harness().await;
+    let (status, created) = h.post("/v1/runs", "alice-key", json!({"workflowId": "chain"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(created["status"], "running");
+    let run_id = created["runId"].as_str().unwrap();
+    assert_eq!(created["statusUrl"], format!("/v1/runs/{run_id}"));
+    let (status, snapshot) = h.call("GET", &format!("/v1/runs/{run_id}"), Some("alice-key"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!((snapshot["workflowId"].as_str(), snapshot["status"].as_str()), (Some("chain"), Some("running")));
+    let (_, poll) = h.call("GET", &format!("/v1/runs/{run_id}/events/poll?timeout=0"), Some("alice-key"), None).await;
+    assert_eq!(poll["events"][0]["type"], "run.started");
+    assert_eq!(poll["events"][0]["sequence"], 0);
+    assert_eq!(poll["lastEventSeq"], 0);
+    assert_eq!(poll["isTerminal"], false);
+}
+
+#[tokio::test]
+async fn every_bad_create_is_an_envelope_and_persists_nothing() {
+    let h = harness().await;
+    let before = h.counts();
+    let big = json!({"workflowId": "chain", "inputs": {"blob": "x".repeat(300_000)}});
+    let cases: Vec<(&str, Body, StatusCode, &str)> = vec![
+        ("malformed JSON", Body::from("{\"workflowId\": "), StatusCode::BAD_REQUEST, "validation_error"),
+        ("empty body", Body::empty(), StatusCode::BAD_REQUEST, "validation_error"),
+        ("wrong types", Body::from(json!({"workflowId": 7, "inputs": []}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
+        ("unknown field", Body::from(json!({"workflowId": "chain", "extra": 1}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
+        ("body over the limit", Body::from(big.to_string()), StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+        ("unknown workflow", Body::from(json!({"workflowId": "ghost"}).to_string()), StatusCode::NOT_FOUND, "not_found"),
+        ("not runnable", Body::from(json!({"workflowId": "supervised"}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "capability_required"),
+        ("input of the wrong type", Body::from(json!({"workflowId": "typed", "inputs": {"count": "three"}}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
+        ("required input missing", Body::from(json!({"workflowId": "typed"}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
+        ("recursionLimit above the host ceiling", Body::from(json!({"workflowId": "chain", "configurable": {"recursionLimit": 100000}}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
+        ("another tenant", Body::from(json!({"workflowId": "chain", "tenantId": "tenant-b"}).to_string()), StatusCode::FORBIDDEN, "forbidden"),
+    ];
+    for (name, body, status, code) in cases {
+        let (got, envelope) = h.call("POST", "/v1/runs", Some("alice-key"), Some(body)).await;
+        assert_eq!(got, status, "{name}: {envelope}");
+        assert_envelope(&envelope, code);
+    }
+    assert_eq!(h.counts(), before, "a refused request persists nothing");
+}
+
+#[tokio::test]
+async fn not_runnable_details_name_the_capability_type_and_node() {
+    let h = harness().await;
+    let (_, envelope) = h.post("/v1/runs", "alice-key", json!({"workflowId": "supervised"})).await;
+    assert_eq!(
+        envelope["details"],
+        json!({"requiredCapability": "orchestrator.supported", "offendingTypeId": "core.orchestrator.supervisor", "nodeId": "sup"})
+    );
+}
+
+#[tokio::test]
+async fn auth_comes_before_existence() {
+    let h = harness().await;
+    for (method, uri) in [
+        ("GET", "/v1/runs/nope"),
+        ("POST", "/v1/runs/nope/cancel"),
+        ("GET", "/v1/runs/nope/events/poll"),
+        ("GET", "/v1/workflows/nope"),
+        ("POST", "/v1/runs"),
+        ("GET", "/v1/no-such-route"),
+    ] {
+        for key in [None, Some("wrong-key")] {
+            let (status, envelope) = h.call(method, uri, key, None).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {uri} {key:?}");
+            assert_envelope(&envelope, "unauthenticated");
+        }
+    }
+    let (status, envelope) = h.call("GET", "/v1/runs/nope", Some("alice-key"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_envelope(&envelope, "not_found");
+}
+
+#[tokio::test]
+async fn scopes_are_enforced_per_route() {
+    let h = harness().await;
+    let (status, envelope) = h.post("/v1/runs", "reader-key", json!({"workflowId": "chain"})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_envelope(&envelope, "forbidden");
+    assert_eq!(envelope["details"]["scopeRequired"], "runs:create");
+}
+
+#[tokio::test]
+async fn another_tenant_cannot_see_or_cancel_a_run() {
+    let h = harness().await;
+    let (_, created) = h.post("/v1/runs", "alice-key", json!({"workflowId": "chain"})).await;
+    let run_id = created["runId"].as_str().unwrap();
+    for (method, uri) in [
+        ("GET", format!("/v1/runs/{run_id}")),
+        ("GET", format!("/v1/runs/{run_id}/events/poll")),
+        ("POST", format!("/v1/runs/{run_id}/cancel")),
+        ("POST", format!("/v1/runs/{run_id}:cancel")),
+    ] {
+        let (status, envelope) = h.call(method, &uri, Some("bob-key"), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {uri}");
+        assert_envelope(&envelope, "not_found");
+    }
+    let (_, snapshot) = h.call("GET", &format!("/v1/runs/{run_id}"), Some("alice-key"), None).await;
+    assert_eq!(snapshot["status"], "running", "bob's cancel changed nothing");
+}
+
+#[tokio::test]
+async fn bad_cursors_and_timeouts_are_validation_errors() {
+    let h = harness().await;
+    let (_, created) = h.post("/v1/runs", "alice-key", json!({"workflowId": "chain"})).await;
+    let run_id = created["runId"].as_str().unwrap();
+    for query in ["lastSequence=abc", "lastSequence=-2", "since=1.5", "timeout=-1", "timeout=61"] {
+        let (status, envelope) = h.call("GET", &format!("/v1/runs/{run_id}/events/poll?{query}"), Some("alice-key"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert_envelope(&envelope, "validation_error");
+    }
+    let (status, past_end) =
+        h.call("GET", &format!("/v1/runs/{run_id}/events/poll?lastSequence=99999&timeout=0"), Some("alice-key"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(past_end["events"], json!([]));
+    assert_eq!(past_end["lastEventSeq"], 99999);
+}
+
+#[tokio::test]
+async fn framework_rejections_use_the_envelope() {
+    let h = harness().await;
+    let (status, envelope) = h.call("DELETE", "/v1/runs", Some("alice-key"), None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_envelope(&envelope, "method_not_allowed");
+    let (status, envelope) = h.call("GET", "/nowhere", None, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_envelope(&envelope, "not_found");
+    let (status, envelope) = h.call("POST", "/v1/runs/x:explode", Some("alice-key"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_envelope(&envelope, "not_found");
+}
+
+#[tokio::test]
+async fn cancel_body_is_closed_and_cancel_is_repeatable() {
+    let h = harness().await;
+    let (_, created) = h.post("/v1/runs", "alice-key", json!({"workflowId": "chain"})).await;
+    let run_id = created["runId"].as_str().unwrap();
+    let (status, envelope) = h.post(&format!("/v1/runs/{run_id}/cancel"), "alice-key", json!({"why": "typo"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_envelope(&envelope, "validation_error");
+    // The entry step has not run (no worker here): a step is in flight, so the run is cancelling.
+    let (status, body) = h.post(&format!("/v1/runs/{run_id}/cancel"), "alice-key", json!({"reason": "done"})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, json!({"runId": run_id, "status": "cancelling"}));
+    let (_, again) = h.call("POST", &format!("/v1/runs/{run_id}:cancel"), Some("alice-key"), None).await;
+    assert_eq!(again["status"], "cancelling");
+}
+
+#[tokio::test]
+async fn idempotent_create_replays_and_refuses_a_different_body() {
+    let h = harness().await;
+    let send = |body: Value| {
+        let request = Request::post("/v1/runs")
+            .header("authorization", "Bearer alice-key")
+            .header("idempotency-key", "key-1")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        h.app.clone().oneshot(request)
+    };
+    let first = send(json!({"workflowId": "chain", "inputs": {"n": 1}})).await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert_eq!(first.headers()["openwop-idempotent-replay"], "false");
+    let first: Value = serde_json::from_slice(&first.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let replay = send(json!({"inputs": {"n": 1}, "workflowId": "chain"})).await.unwrap();
+    assert_eq!(replay.headers()["openwop-idempotent-replay"], "true");
+    let replay: Value = serde_json::from_slice(&replay.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(replay, first);
+    let mismatch = send(json!({"workflowId": "chain", "inputs": {"n": 2}})).await.unwrap();
+    assert_eq!(mismatch.status(), StatusCode::CONFLICT);
+    let mismatch: Value = serde_json::from_slice(&mismatch.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_envelope(&mismatch, "idempotency_key_mismatch");
+    assert!(mismatch.get("runId").is_none());
+    let runs = h.counts().into_iter().find(|(t, _)| *t == "runs").unwrap().1;
+    assert_eq!(runs, 1);
+}
+
+#[tokio::test]
+async fn discovery_and_openapi_need_no_key() {
+    let h = harness().await;
+    let (status, discovery) = h.call("GET", "/.well-known/openwop", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(discovery["protocolVersion"], "1.0");
+    assert_eq!(discovery["limits"]["maxRequestBodyBytes"], 262_144);
+    assert_eq!(discovery["fixtures"], json!(["conformance-noop"]));
+    let (status, openapi) = h.call("GET", "/v1/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(openapi["openapi"].as_str().unwrap().starts_with("3.1"));
+    let (status, workflow) = h.call("GET", "/v1/workflows/chain", Some("alice-key"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(workflow["nodes"][1]["id"], "b");
+}
