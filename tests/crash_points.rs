@@ -87,8 +87,16 @@ async fn crash_and_recover(point: &str) {
     assert_log_well_formed(&events);
     assert_eq!(
         types(&events),
-        ["run.started", "node.started", "node.completed", "node.started", "node.completed", "node.started",
-         "node.completed", "run.completed"],
+        [
+            "run.started",
+            "node.started",
+            "node.completed",
+            "node.started",
+            "node.completed",
+            "node.started",
+            "node.completed",
+            "run.completed"
+        ],
         "{point}"
     );
     recovered.child.kill().unwrap();

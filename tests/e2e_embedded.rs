@@ -53,7 +53,10 @@ async fn failing_workflow_ends_failed_with_an_error_object() {
     let run_id = client.create(json!({"workflowId": "conformance-failure"})).await;
     let snapshot = client.wait_terminal(&run_id, SPEC_DEADLINE).await;
     assert_eq!(snapshot["status"], "failed");
-    assert_eq!(snapshot["error"], json!({"code": "conformance_test_failure", "message": "Intentional conformance failure"}));
+    assert_eq!(
+        snapshot["error"],
+        json!({"code": "conformance_test_failure", "message": "Intentional conformance failure"})
+    );
     let events = client.events(&run_id).await;
     assert_eq!(types(&events), ["run.started", "node.started", "node.failed", "run.failed"]);
     assert_eq!(events[2]["payload"]["error"]["code"], "conformance_test_failure");
@@ -73,7 +76,8 @@ async fn cancel_mid_delay_reaches_cancelled_within_five_seconds() {
         assert!(started.elapsed() < SPEC_DEADLINE);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let (status, body) = client.request("POST", &format!("/v1/runs/{run_id}/cancel"), Some(json!({"reason": "test"}))).await;
+    let (status, body) =
+        client.request("POST", &format!("/v1/runs/{run_id}/cancel"), Some(json!({"reason": "test"}))).await;
     assert_eq!(status, 200);
     assert_eq!(body["status"], "cancelled", "a parked run is cancelled inside the request");
     let snapshot = client.wait_terminal(&run_id, SPEC_DEADLINE).await;
@@ -92,7 +96,8 @@ async fn cancel_right_after_create_goes_through_cancelling_and_finishes_within_f
     let client = Client::new(format!("http://{}", host.addr), KEY);
     let mut saw_cancelling = false;
     for _ in 0..20 {
-        let run_id = client.create(json!({"workflowId": "conformance-cancellable", "inputs": {"delayMs": 60000}})).await;
+        let run_id =
+            client.create(json!({"workflowId": "conformance-cancellable", "inputs": {"delayMs": 60000}})).await;
         let (status, body) = client.request("POST", &format!("/v1/runs/{run_id}:cancel"), None).await;
         assert_eq!(status, 200);
         assert!(matches!(body["status"].as_str(), Some("cancelling" | "cancelled")), "{body}");
@@ -114,8 +119,9 @@ async fn long_poll_returns_when_the_next_event_lands() {
     let mut cursor = -1i64;
     let mut seen = Vec::new();
     loop {
-        let (status, page) =
-            client.request("GET", &format!("/v1/runs/{run_id}/events/poll?lastSequence={cursor}&timeout=10"), None).await;
+        let (status, page) = client
+            .request("GET", &format!("/v1/runs/{run_id}/events/poll?lastSequence={cursor}&timeout=10"), None)
+            .await;
         assert_eq!(status, 200);
         let events = page["events"].as_array().unwrap().clone();
         if let Some(last) = events.last() {
@@ -168,13 +174,22 @@ async fn tenants_are_isolated_across_keys_from_a_keys_file() {
 async fn invalid_definitions_in_a_workflow_directory_are_refused_and_valid_ones_served() {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, value: Value| std::fs::write(dir.path().join(name), value.to_string()).unwrap();
-    write("cyclic.json", json!({"id": "cyclic", "name": "Cyclic",
+    write(
+        "cyclic.json",
+        json!({"id": "cyclic", "name": "Cyclic",
         "nodes": [{"id": "a", "typeId": "core.noop"}, {"id": "b", "typeId": "core.noop"}],
-        "edges": [{"id": "1", "sourceNodeId": "a", "targetNodeId": "b"}, {"id": "2", "sourceNodeId": "b", "targetNodeId": "a"}]}));
-    write("dangling.json", json!({"id": "dangling", "name": "Dangling", "nodes": [{"id": "a", "typeId": "core.noop"}],
-        "edges": [{"id": "1", "sourceNodeId": "a", "targetNodeId": "ghost"}]}));
-    write("good.json", json!({"id": "good", "name": "Good", "nodes": [{"id": "a", "typeId": "core.identity",
-        "inputs": {"payload": {"type": "variable", "variableName": "payload"}}}]}));
+        "edges": [{"id": "1", "sourceNodeId": "a", "targetNodeId": "b"}, {"id": "2", "sourceNodeId": "b", "targetNodeId": "a"}]}),
+    );
+    write(
+        "dangling.json",
+        json!({"id": "dangling", "name": "Dangling", "nodes": [{"id": "a", "typeId": "core.noop"}],
+        "edges": [{"id": "1", "sourceNodeId": "a", "targetNodeId": "ghost"}]}),
+    );
+    write(
+        "good.json",
+        json!({"id": "good", "name": "Good", "nodes": [{"id": "a", "typeId": "core.identity",
+        "inputs": {"payload": {"type": "variable", "variableName": "payload"}}}]}),
+    );
     std::fs::write(dir.path().join("broken.json"), "{ not json").unwrap();
     let mut args = serve_args(None);
     args.workflows = vec![dir.path().to_path_buf()];
@@ -199,7 +214,10 @@ async fn wire_documents_match_the_official_schemas() {
     let base = format!("http://{}", host.addr);
     let client = Client::new(&base, KEY);
     reference.assert_invalid("error-envelope.schema.json", &json!({"error": "x", "message": "m", "requestId": "r"}));
-    reference.assert_invalid("run-event.schema.json", &json!({"eventId": "e", "runId": "r", "type": "core.bad", "payload": {}, "timestamp": "t", "sequence": 0}));
+    reference.assert_invalid(
+        "run-event.schema.json",
+        &json!({"eventId": "e", "runId": "r", "type": "core.bad", "payload": {}, "timestamp": "t", "sequence": 0}),
+    );
     let discovery: Value = reqwest::get(format!("{base}/.well-known/openwop")).await.unwrap().json().await.unwrap();
     reference.assert_valid("capabilities.schema.json", &discovery);
     for workflow in ["conformance-multi-node", "conformance-failure", "conformance-identity"] {
@@ -228,5 +246,40 @@ async fn wire_documents_match_the_official_schemas() {
     let (status, unauthenticated) = Client::new(&base, "nope").request("GET", "/v1/runs/x", None).await;
     assert_eq!(status, 401);
     reference.assert_valid("error-envelope.schema.json", &unauthenticated);
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn shipped_examples_run() {
+    let mut args = serve_args(None);
+    args.workflows = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/workflows")];
+    let host = start(args).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    let node_types = |events: &[Value], node: &str| -> Vec<String> {
+        events.iter().filter(|e| e["nodeId"] == node).map(|e| e["type"].as_str().unwrap().to_owned()).collect()
+    };
+
+    let large = client.create(json!({"workflowId": "order-review", "inputs": {"amount": 5000, "tier": "large"}})).await;
+    let small = client.create(json!({"workflowId": "order-review", "inputs": {"amount": 20}})).await;
+    let fan = client.create(json!({"workflowId": "fan-out"})).await;
+    let reminder = client.create(json!({"workflowId": "reminder", "inputs": {"delayMs": 100, "message": "hi"}})).await;
+    for run_id in [&large, &small, &fan, &reminder] {
+        assert_eq!(client.wait_terminal(run_id, SPEC_DEADLINE).await["status"], "completed", "{run_id}");
+        assert_log_well_formed(&client.events(run_id).await);
+    }
+    let events = client.events(&large).await;
+    assert_eq!(node_types(&events, "fast-track"), ["node.skipped"]);
+    assert_eq!(node_types(&events, "manual-review"), ["node.started", "node.completed"]);
+    assert_eq!(node_types(&events, "record"), ["node.started", "node.completed"]);
+    let events = client.events(&small).await;
+    assert_eq!(node_types(&events, "manual-review"), ["node.skipped"]);
+    assert_eq!(node_types(&events, "fast-track"), ["node.started", "node.completed"]);
+    let events = client.events(&fan).await;
+    let join_start = events.iter().position(|e| e["type"] == "node.started" && e["nodeId"] == "join").unwrap();
+    for branch in ["quick", "slow", "echo"] {
+        let done = events.iter().position(|e| e["type"] == "node.completed" && e["nodeId"] == branch).unwrap();
+        assert!(done < join_start, "{branch} must finish before the join starts");
+    }
+    assert_eq!(client.snapshot(&reminder).await["variables"]["message"], "hi");
     host.stop().await;
 }

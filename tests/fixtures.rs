@@ -60,7 +60,9 @@ async fn run_entry(client: &Client, entry: &Value) {
         assert!(contains(&snapshot["variables"], variables), "{id}: {}", snapshot["variables"]);
     }
     for wanted in expect.get("events").and_then(Value::as_array).into_iter().flatten() {
-        let found = events.iter().any(|event| event["type"] == wanted["type"] && contains(&event["payload"], &wanted["payload"]));
+        let found = events
+            .iter()
+            .any(|event| event["type"] == wanted["type"] && contains(&event["payload"], &wanted["payload"]));
         assert!(found, "{id}: no {wanted} in {events:?}");
     }
     if id == "conformance-run-duration-breach" {

@@ -10,10 +10,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use trellis_core::limits::HostLimits;
+use trellis_core::ports::GLOBAL_NAMESPACE;
 use trellis_core::ports::{Backend, IdGenerator};
 use trellis_core::service::Services;
-use trellis_core::ports::GLOBAL_NAMESPACE;
-use trellis_http::{router, AppState, ApiKey, Discovery, KeyRing};
+use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing};
 use trellis_store_sqlite::SqliteStore;
 use trellis_worker::{run_loop, CrashPoint, LocalNotifier, SystemClock, WorkerOptions};
 
@@ -88,7 +88,8 @@ impl EmbeddedHost {
             ..HostLimits::default()
         };
         let notifier = Arc::new(LocalNotifier::default());
-        let services = Arc::new(Services::new(store, Arc::new(SystemClock), Arc::new(UuidRunIds), notifier.clone(), limits));
+        let services =
+            Arc::new(Services::new(store, Arc::new(SystemClock), Arc::new(UuidRunIds), notifier.clone(), limits));
 
         let fixtures = load_definitions(&services, args).await?;
         let (keys, dev_key) = collect_keys(args, &options)?;

@@ -57,8 +57,8 @@ struct KeyEntry {
 pub fn load_keys_file(path: &Path) -> Result<Vec<ApiKey>, KeyError> {
     let shown = path.display().to_string();
     let text = fs::read_to_string(path).map_err(|source| KeyError::Read { path: shown.clone(), source })?;
-    let entries: Vec<KeyEntry> =
-        serde_json::from_str(&text).map_err(|error| KeyError::Invalid { path: shown.clone(), message: error.to_string() })?;
+    let entries: Vec<KeyEntry> = serde_json::from_str(&text)
+        .map_err(|error| KeyError::Invalid { path: shown.clone(), message: error.to_string() })?;
     entries
         .into_iter()
         .map(|entry| {
@@ -68,7 +68,10 @@ pub fn load_keys_file(path: &Path) -> Result<Vec<ApiKey>, KeyError> {
                 message: format!("key `{}`: sha256 must be 64 hex characters", entry.label),
             })?;
             if entry.tenant.is_empty() {
-                return Err(KeyError::Invalid { path: shown.clone(), message: format!("key `{}` has no tenant", entry.label) });
+                return Err(KeyError::Invalid {
+                    path: shown.clone(),
+                    message: format!("key `{}` has no tenant", entry.label),
+                });
             }
             Ok(ApiKey { label: entry.label, hash, tenant: entry.tenant, scopes: entry.scopes })
         })
@@ -77,7 +80,12 @@ pub fn load_keys_file(path: &Path) -> Result<Vec<ApiKey>, KeyError> {
 
 /// A key with every scope for the default tenant.
 pub fn full_access_key(label: &str, secret: &str) -> ApiKey {
-    ApiKey { label: label.to_owned(), hash: ApiKey::hash_of(secret), tenant: DEFAULT_TENANT.to_owned(), scopes: vec!["*".to_owned()] }
+    ApiKey {
+        label: label.to_owned(),
+        hash: ApiKey::hash_of(secret),
+        tenant: DEFAULT_TENANT.to_owned(),
+        scopes: vec!["*".to_owned()],
+    }
 }
 
 /// A fresh random key, `trl_` followed by 64 hex characters.
@@ -106,6 +114,8 @@ pub fn dev_key(data_dir: &Path) -> Result<String, KeyError> {
         options.mode(0o600);
     }
     let mut file = options.open(&path).map_err(|source| KeyError::Persist { path: shown.clone(), source })?;
-    file.write_all(key.as_bytes()).and_then(|()| file.sync_all()).map_err(|source| KeyError::Persist { path: shown, source })?;
+    file.write_all(key.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|source| KeyError::Persist { path: shown, source })?;
     Ok(key)
 }

@@ -137,7 +137,11 @@ impl Reference {
                 schemas.push((id, schema));
             }
         }
-        let registry = jsonschema::Registry::new().extend(schemas).expect("schemas register").prepare().expect("registry prepares");
+        let registry = jsonschema::Registry::new()
+            .extend(schemas)
+            .expect("schemas register")
+            .prepare()
+            .expect("registry prepares");
         Some(Self { dir, registry })
     }
 

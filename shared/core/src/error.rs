@@ -28,7 +28,9 @@ pub enum DefinitionError {
         node_id: String,
     },
     /// A cycle that does not pass through a `core.orchestrator.supervisor` node.
-    #[error("the graph has a cycle through nodes {nodes:?}; only edges into a core.orchestrator.supervisor node may loop")]
+    #[error(
+        "the graph has a cycle through nodes {nodes:?}; only edges into a core.orchestrator.supervisor node may loop"
+    )]
     Cycle {
         /// Nodes on (or behind) the cycle.
         nodes: Vec<String>,

@@ -117,7 +117,8 @@ async fn concurrent_writers_one_wins(store: Arc<dyn Backend>) {
     for writer in 0..8u64 {
         let store = store.clone();
         let mut mine = run.clone();
-        let outcome = engine::apply(&workflow, &mut mine, Input::Cancel { reason: Some(format!("writer {writer}")) }, 1_002);
+        let outcome =
+            engine::apply(&workflow, &mut mine, Input::Cancel { reason: Some(format!("writer {writer}")) }, 1_002);
         mine.version = 2;
         attempts.push(async move { store.commit(&mine, 1, &outcome.events, &outcome.effects).await });
     }

@@ -126,7 +126,11 @@ pub fn authenticate(parts: &Parts, keys: &KeyRing) -> Result<Caller, ApiError> {
         .ok_or_else(ApiError::unauthenticated)?;
     let key = keys.find(token).ok_or_else(ApiError::unauthenticated)?;
     Ok(Caller {
-        principal: Principal { tenant: key.tenant.clone(), subject: key.label.clone(), key_class: "api-key".to_owned() },
+        principal: Principal {
+            tenant: key.tenant.clone(),
+            subject: key.label.clone(),
+            key_class: "api-key".to_owned(),
+        },
         key: key.clone(),
     })
 }

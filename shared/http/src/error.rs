@@ -72,7 +72,9 @@ impl From<ServiceError> for ApiError {
                 Self::new(StatusCode::BAD_REQUEST, code, message).with_details(details)
             }
             ServiceError::NotFound { .. } => Self::new(StatusCode::NOT_FOUND, code, message),
-            ServiceError::Forbidden { details, .. } => Self::new(StatusCode::FORBIDDEN, code, message).with_details(details),
+            ServiceError::Forbidden { details, .. } => {
+                Self::new(StatusCode::FORBIDDEN, code, message).with_details(details)
+            }
             ServiceError::CapabilityRequired { details, .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message).with_details(details)
             }

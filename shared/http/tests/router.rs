@@ -149,15 +149,55 @@ async fn every_bad_create_is_an_envelope_and_persists_nothing() {
     let cases: Vec<(&str, Body, StatusCode, &str)> = vec![
         ("malformed JSON", Body::from("{\"workflowId\": "), StatusCode::BAD_REQUEST, "validation_error"),
         ("empty body", Body::empty(), StatusCode::BAD_REQUEST, "validation_error"),
-        ("wrong types", Body::from(json!({"workflowId": 7, "inputs": []}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
-        ("unknown field", Body::from(json!({"workflowId": "chain", "extra": 1}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
+        (
+            "wrong types",
+            Body::from(json!({"workflowId": 7, "inputs": []}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+        ),
+        (
+            "unknown field",
+            Body::from(json!({"workflowId": "chain", "extra": 1}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+        ),
         ("body over the limit", Body::from(big.to_string()), StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-        ("unknown workflow", Body::from(json!({"workflowId": "ghost"}).to_string()), StatusCode::NOT_FOUND, "not_found"),
-        ("not runnable", Body::from(json!({"workflowId": "supervised"}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "capability_required"),
-        ("input of the wrong type", Body::from(json!({"workflowId": "typed", "inputs": {"count": "three"}}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
-        ("required input missing", Body::from(json!({"workflowId": "typed"}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
-        ("recursionLimit above the host ceiling", Body::from(json!({"workflowId": "chain", "configurable": {"recursionLimit": 100000}}).to_string()), StatusCode::BAD_REQUEST, "validation_error"),
-        ("another tenant", Body::from(json!({"workflowId": "chain", "tenantId": "tenant-b"}).to_string()), StatusCode::FORBIDDEN, "forbidden"),
+        (
+            "unknown workflow",
+            Body::from(json!({"workflowId": "ghost"}).to_string()),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "not runnable",
+            Body::from(json!({"workflowId": "supervised"}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "capability_required",
+        ),
+        (
+            "input of the wrong type",
+            Body::from(json!({"workflowId": "typed", "inputs": {"count": "three"}}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+        ),
+        (
+            "required input missing",
+            Body::from(json!({"workflowId": "typed"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+        ),
+        (
+            "recursionLimit above the host ceiling",
+            Body::from(json!({"workflowId": "chain", "configurable": {"recursionLimit": 100000}}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+        ),
+        (
+            "another tenant",
+            Body::from(json!({"workflowId": "chain", "tenantId": "tenant-b"}).to_string()),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
     ];
     for (name, body, status, code) in cases {
         let (got, envelope) = h.call("POST", "/v1/runs", Some("alice-key"), Some(body)).await;
@@ -233,12 +273,14 @@ async fn bad_cursors_and_timeouts_are_validation_errors() {
     let (_, created) = h.post("/v1/runs", "alice-key", json!({"workflowId": "chain"})).await;
     let run_id = created["runId"].as_str().unwrap();
     for query in ["lastSequence=abc", "lastSequence=-2", "since=1.5", "timeout=-1", "timeout=61"] {
-        let (status, envelope) = h.call("GET", &format!("/v1/runs/{run_id}/events/poll?{query}"), Some("alice-key"), None).await;
+        let (status, envelope) =
+            h.call("GET", &format!("/v1/runs/{run_id}/events/poll?{query}"), Some("alice-key"), None).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
         assert_envelope(&envelope, "validation_error");
     }
-    let (status, past_end) =
-        h.call("GET", &format!("/v1/runs/{run_id}/events/poll?lastSequence=99999&timeout=0"), Some("alice-key"), None).await;
+    let (status, past_end) = h
+        .call("GET", &format!("/v1/runs/{run_id}/events/poll?lastSequence=99999&timeout=0"), Some("alice-key"), None)
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(past_end["events"], json!([]));
     assert_eq!(past_end["lastEventSeq"], 99999);

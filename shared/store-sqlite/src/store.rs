@@ -7,9 +7,7 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
 use serde_json::Value;
 use trellis_core::engine::Effect;
-use trellis_core::ports::{
-    CreateResult, IdempotencyRecord, RunStore, StoredWorkflow, Task, TaskQueue, WorkflowStore,
-};
+use trellis_core::ports::{CreateResult, IdempotencyRecord, RunStore, StoredWorkflow, Task, TaskQueue, WorkflowStore};
 use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
@@ -108,7 +106,9 @@ fn insert_tasks(tx: &Connection, run_id: &str, effects: &[Effect]) -> Result<(),
         .prepare_cached("INSERT OR IGNORE INTO tasks (task_id, run_id, effect, due_at) VALUES (?1, ?2, ?3, ?4)")
         .map_err(unavailable)?;
     for effect in effects {
-        insert.execute(params![effect.task_id(run_id), run_id, to_json(effect)?, effect.due_at()]).map_err(unavailable)?;
+        insert
+            .execute(params![effect.task_id(run_id), run_id, to_json(effect)?, effect.due_at()])
+            .map_err(unavailable)?;
     }
     Ok(())
 }
@@ -308,7 +308,13 @@ impl RunStore for SqliteStore {
         let after = after.map_or(-1, |sequence| sequence as i64);
         let rows = query
             .query_map(params![run_id, after, limit as i64], |row| {
-                Ok((row.get::<_, u64>(0)?, row.get::<_, String>(1)?, row.get::<_, Option<String>>(2)?, row.get::<_, String>(3)?, row.get::<_, u64>(4)?))
+                Ok((
+                    row.get::<_, u64>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, u64>(4)?,
+                ))
             })
             .map_err(unavailable)?;
         let mut events = Vec::new();
@@ -350,7 +356,13 @@ impl TaskQueue for SqliteStore {
             .map_err(unavailable)?;
         let rows = claim
             .query_map(params![now.saturating_add(lease_ms), now, max as i64], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?, row.get::<_, u32>(3)?, row.get::<_, u64>(4)?))
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, u32>(3)?,
+                    row.get::<_, u64>(4)?,
+                ))
             })
             .map_err(unavailable)?;
         let mut tasks = Vec::new();
@@ -370,14 +382,19 @@ impl TaskQueue for SqliteStore {
 
     async fn release(&self, task_id: &str, visible_at: Millis) -> Result<(), StoreError> {
         self.lock()
-            .execute("UPDATE tasks SET due_at = ?1, leased_until = NULL WHERE task_id = ?2", params![visible_at, task_id])
+            .execute(
+                "UPDATE tasks SET due_at = ?1, leased_until = NULL WHERE task_id = ?2",
+                params![visible_at, task_id],
+            )
             .map_err(unavailable)?;
         Ok(())
     }
 
     async fn next_visible_at(&self) -> Result<Option<Millis>, StoreError> {
         self.lock()
-            .query_row("SELECT MIN(COALESCE(MAX(due_at, leased_until), due_at)) FROM tasks", [], |row| row.get::<_, Option<u64>>(0))
+            .query_row("SELECT MIN(COALESCE(MAX(due_at, leased_until), due_at)) FROM tasks", [], |row| {
+                row.get::<_, Option<u64>>(0)
+            })
             .map_err(unavailable)
     }
 }

@@ -45,7 +45,12 @@ pub async fn process_task(
                 maybe_crash(crash, CrashPoint::BeforeCommit);
                 let committed = services
                     .store
-                    .commit(&decision.run, decision.expected_version, &decision.outcome.events, &decision.outcome.effects)
+                    .commit(
+                        &decision.run,
+                        decision.expected_version,
+                        &decision.outcome.events,
+                        &decision.outcome.effects,
+                    )
                     .await;
                 match committed {
                     Ok(()) => {}

@@ -251,8 +251,7 @@ impl<'a> Transition<'a> {
             }
         }
         let started = self.state.nodes.get(node_id).and_then(|n| n.started_at).unwrap_or(self.now);
-        let payload =
-            json!({ "nodeId": node_id, "outputs": outputs, "durationMs": self.now.saturating_sub(started) });
+        let payload = json!({ "nodeId": node_id, "outputs": outputs, "durationMs": self.now.saturating_sub(started) });
         self.emit(types::NODE_COMPLETED, Some(node_id), payload);
         for (key, value) in &outputs {
             self.state.variables.insert(key.clone(), value.clone());
@@ -288,7 +287,11 @@ impl<'a> Transition<'a> {
                 continue;
             }
             self.node_mut(&node_id).status = NodeStatus::Skipped;
-            self.emit(types::NODE_SKIPPED, Some(&node_id), json!({ "nodeId": node_id, "reason": "no-incoming-edge-taken" }));
+            self.emit(
+                types::NODE_SKIPPED,
+                Some(&node_id),
+                json!({ "nodeId": node_id, "reason": "no-incoming-edge-taken" }),
+            );
             for &edge in &self.workflow.graph.outgoing[target] {
                 self.state.edges[edge] = EdgeStatus::NotTaken;
                 targets.push_back(self.workflow.graph.ends[edge].1);

@@ -12,8 +12,10 @@ fn workflow(nodes: Value, edges: Value) -> Workflow {
 
 fn chain(ids: &[&str]) -> Workflow {
     let nodes: Vec<_> = ids.iter().map(|id| json!({"id": id, "typeId": "core.noop"})).collect();
-    let edges: Vec<_> =
-        ids.windows(2).map(|w| json!({"id": format!("{}-{}", w[0], w[1]), "sourceNodeId": w[0], "targetNodeId": w[1]})).collect();
+    let edges: Vec<_> = ids
+        .windows(2)
+        .map(|w| json!({"id": format!("{}-{}", w[0], w[1]), "sourceNodeId": w[0], "targetNodeId": w[1]}))
+        .collect();
     workflow(json!(nodes), json!(edges))
 }
 
@@ -23,7 +25,12 @@ fn pending(workflow: &Workflow, variables: Value) -> RunState {
         run_id: "run-1".into(),
         tenant: "t".into(),
         principal: Principal { tenant: "t".into(), subject: "k".into(), key_class: "api-key".into() },
-        workflow: WorkflowRef { id: "w".into(), version: "1".into(), content_hash: workflow.content_hash.clone(), namespace: "t".into() },
+        workflow: WorkflowRef {
+            id: "w".into(),
+            version: "1".into(),
+            content_hash: workflow.content_hash.clone(),
+            namespace: "t".into(),
+        },
         status: RunStatus::Pending,
         version: 0,
         next_sequence: 0,
@@ -63,7 +70,12 @@ fn drive(workflow: &Workflow, state: &mut RunState, now: Millis) -> Vec<(String,
 }
 
 fn types(log: &[(String, Option<String>)]) -> Vec<String> {
-    log.iter().map(|(t, n)| match n { Some(n) => format!("{t}:{n}"), None => t.clone() }).collect()
+    log.iter()
+        .map(|(t, n)| match n {
+            Some(n) => format!("{t}:{n}"),
+            None => t.clone(),
+        })
+        .collect()
 }
 
 #[test]
@@ -78,10 +90,7 @@ fn start_emits_run_started_and_schedules_entry_and_deadline() {
     assert_eq!(outcome.events[0].payload["workflowId"], "w");
     assert_eq!(
         outcome.effects,
-        vec![
-            Effect::Step { node_id: "a".into(), activation: 1, due_at: 5_000 },
-            Effect::Deadline { due_at: 65_000 }
-        ]
+        vec![Effect::Step { node_id: "a".into(), activation: 1, due_at: 5_000 }, Effect::Deadline { due_at: 65_000 }]
     );
     assert_eq!(state.status, RunStatus::Running);
 }
@@ -93,8 +102,16 @@ fn chain_runs_nodes_in_order_and_completes_with_contiguous_sequences() {
     let log = drive(&wf, &mut state, 2_000);
     assert_eq!(
         types(&log),
-        ["run.started", "node.started:a", "node.completed:a", "node.started:b", "node.completed:b",
-         "node.started:c", "node.completed:c", "run.completed"]
+        [
+            "run.started",
+            "node.started:a",
+            "node.completed:a",
+            "node.started:b",
+            "node.completed:b",
+            "node.started:c",
+            "node.completed:c",
+            "run.completed"
+        ]
     );
     assert_eq!(state.status, RunStatus::Completed);
     assert_eq!(state.next_sequence, 8);
@@ -102,7 +119,10 @@ fn chain_runs_nodes_in_order_and_completes_with_contiguous_sequences() {
 
 #[test]
 fn failing_node_fails_the_run_with_its_error() {
-    let wf = workflow(json!([{"id": "f", "typeId": "core.fail", "config": {"code": "boom", "message": "it broke"}}]), json!([]));
+    let wf = workflow(
+        json!([{"id": "f", "typeId": "core.fail", "config": {"code": "boom", "message": "it broke"}}]),
+        json!([]),
+    );
     let mut state = pending(&wf, json!({}));
     let log = drive(&wf, &mut state, 0);
     assert_eq!(types(&log), ["run.started", "node.started:f", "node.failed:f", "run.failed"]);
@@ -113,7 +133,10 @@ fn failing_node_fails_the_run_with_its_error() {
 
 #[test]
 fn delay_parks_until_its_timer_then_completes() {
-    let wf = workflow(json!([{"id": "d", "typeId": "core.delay", "inputs": {"delayMs": {"type": "variable", "variableName": "delayMs"}}}]), json!([]));
+    let wf = workflow(
+        json!([{"id": "d", "typeId": "core.delay", "inputs": {"delayMs": {"type": "variable", "variableName": "delayMs"}}}]),
+        json!([]),
+    );
     let mut state = pending(&wf, json!({"delayMs": 250}));
     apply(&wf, &mut state, Input::Start, 1_000);
     let parked = apply(&wf, &mut state, Input::Step { node_id: "d".into(), activation: 1 }, 1_000);
@@ -221,8 +244,17 @@ fn condition_routes_and_skips_the_branch_not_taken_then_joins() {
     let log = drive(&wf, &mut state, 0);
     assert_eq!(
         types(&log),
-        ["run.started", "node.started:check", "node.completed:check", "node.skipped:no", "node.started:yes",
-         "node.completed:yes", "node.started:join", "node.completed:join", "run.completed"]
+        [
+            "run.started",
+            "node.started:check",
+            "node.completed:check",
+            "node.skipped:no",
+            "node.started:yes",
+            "node.completed:yes",
+            "node.started:join",
+            "node.completed:join",
+            "run.completed"
+        ]
     );
 }
 
@@ -251,7 +283,12 @@ fn terminal_runs_ignore_every_input() {
     let mut state = pending(&wf, json!({}));
     drive(&wf, &mut state, 0);
     let before = state.clone();
-    for input in [Input::Start, Input::Cancel { reason: None }, Input::Deadline, Input::Step { node_id: "a".into(), activation: 1 }] {
+    for input in [
+        Input::Start,
+        Input::Cancel { reason: None },
+        Input::Deadline,
+        Input::Step { node_id: "a".into(), activation: 1 },
+    ] {
         let outcome = apply(&wf, &mut state, input, 10);
         assert_eq!(outcome.verdict, Verdict::Ignored("run is terminal"));
     }
@@ -260,7 +297,10 @@ fn terminal_runs_ignore_every_input() {
 
 #[test]
 fn identity_output_lands_in_variables() {
-    let wf = workflow(json!([{"id": "e", "typeId": "core.identity", "inputs": {"payload": {"type": "variable", "variableName": "payload"}}}]), json!([]));
+    let wf = workflow(
+        json!([{"id": "e", "typeId": "core.identity", "inputs": {"payload": {"type": "variable", "variableName": "payload"}}}]),
+        json!([]),
+    );
     let mut state = pending(&wf, json!({"payload": {"x": [1, 2]}}));
     drive(&wf, &mut state, 0);
     assert_eq!(state.variables["payload"], json!({"x": [1, 2]}));

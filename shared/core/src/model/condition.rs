@@ -31,8 +31,10 @@ pub fn evaluate(
         "truthy" => Ok(truthy(&left)),
         "falsy" => Ok(!truthy(&left)),
         "regex" => {
-            let pattern = right.as_str().ok_or_else(|| ConditionError("a regex condition needs a string pattern".into()))?;
-            let regex = Regex::new(pattern).map_err(|_| ConditionError("the regex condition's pattern is invalid".into()))?;
+            let pattern =
+                right.as_str().ok_or_else(|| ConditionError("a regex condition needs a string pattern".into()))?;
+            let regex =
+                Regex::new(pattern).map_err(|_| ConditionError("the regex condition's pattern is invalid".into()))?;
             Ok(left.as_str().is_some_and(|text| regex.is_match(text)))
         }
         other => Err(ConditionError(format!("condition type `{other}` is not supported"))),
@@ -53,7 +55,9 @@ fn resolve(path: &str, outputs: &Map<String, Value>, variables: &Map<String, Val
     for segment in segments {
         current = match &current {
             Value::Object(map) => map.get(segment).cloned().unwrap_or(Value::Null),
-            Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i).cloned()).unwrap_or(Value::Null),
+            Value::Array(items) => {
+                segment.parse::<usize>().ok().and_then(|i| items.get(i).cloned()).unwrap_or(Value::Null)
+            }
             _ => Value::Null,
         };
     }
@@ -110,7 +114,8 @@ mod tests {
 
     #[test]
     fn expression_conditions_are_not_evaluated() {
-        let error = evaluate(&condition(json!({"type": "expression", "expression": "x > 1"})), &Map::new(), &Map::new());
+        let error =
+            evaluate(&condition(json!({"type": "expression", "expression": "x > 1"})), &Map::new(), &Map::new());
         assert!(error.is_err());
     }
 }

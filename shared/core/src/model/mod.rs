@@ -65,8 +65,9 @@ impl Workflow {
     /// [`Workflow::gap`], so the workflow is stored but not runnable.
     pub fn compile(document: Value) -> Result<Self, DefinitionError> {
         schema::validate_workflow(&document)?;
-        let definition: WorkflowDefinition = serde_json::from_value(document.clone())
-            .map_err(|error| DefinitionError::Schema { violations: vec![json!({ "path": "", "message": error.to_string() })] })?;
+        let definition: WorkflowDefinition = serde_json::from_value(document.clone()).map_err(|error| {
+            DefinitionError::Schema { violations: vec![json!({ "path": "", "message": error.to_string() })] }
+        })?;
         let graph = Graph::build(&definition)?;
         let gap = nodes::find_gap(&definition);
         let content_hash = content_hash(&document);

@@ -29,7 +29,7 @@ pub struct IdempotencyKey {
 #[derive(Debug)]
 pub enum CreateOutcome {
     /// A new run was created.
-    Created(RunState),
+    Created(Box<RunState>),
     /// The key was seen before with the same body: the recorded response.
     Replayed(IdempotencyRecord),
 }
@@ -127,7 +127,7 @@ impl Services {
         match self.store.create_run(&run, &outcome.events, &outcome.effects, record.as_ref()).await? {
             CreateResult::Created => {
                 self.notifier.committed(&run.run_id);
-                Ok(CreateOutcome::Created(run))
+                Ok(CreateOutcome::Created(Box::new(run)))
             }
             CreateResult::Existing(existing) => {
                 replay_or_mismatch(existing, idempotency.as_ref().expect("existing implies a key"))
@@ -225,7 +225,10 @@ fn seed_variables(workflow: &Workflow, inputs: Map<String, Value>) -> Result<Map
         seeded.insert(name, value);
     }
     if !wrong_types.is_empty() {
-        return Err(ServiceError::validation("inputs do not match the workflow's variables", json!({ "violations": wrong_types })));
+        return Err(ServiceError::validation(
+            "inputs do not match the workflow's variables",
+            json!({ "violations": wrong_types }),
+        ));
     }
     let missing: Vec<&str> = workflow
         .definition

@@ -37,7 +37,11 @@ impl Services {
 
     /// The latest definition `workflow_id` visible to `tenant`: its own first, then the
     /// bundled global namespace. Returns the namespace it was found in.
-    pub async fn find_workflow(&self, tenant: &str, workflow_id: &str) -> Result<(String, Arc<Workflow>), ServiceError> {
+    pub async fn find_workflow(
+        &self,
+        tenant: &str,
+        workflow_id: &str,
+    ) -> Result<(String, Arc<Workflow>), ServiceError> {
         for namespace in [tenant, GLOBAL_NAMESPACE] {
             if let Some(stored) = self.store.latest_workflow(namespace, workflow_id).await? {
                 return Ok((namespace.to_owned(), self.compile_cached(stored.document)?));

@@ -43,7 +43,9 @@ pub(crate) async fn create(
         }
     };
     let mut response = (status, Json(body.clone())).into_response();
-    if let Some(location) = body.get("statusUrl").and_then(Value::as_str).and_then(|url| HeaderValue::from_str(url).ok()) {
+    if let Some(location) =
+        body.get("statusUrl").and_then(Value::as_str).and_then(|url| HeaderValue::from_str(url).ok())
+    {
         response.headers_mut().insert(header::LOCATION, location);
     }
     if keyed {
