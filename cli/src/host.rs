@@ -13,7 +13,7 @@ use trellis_core::limits::HostLimits;
 use trellis_core::ports::GLOBAL_NAMESPACE;
 use trellis_core::ports::{Backend, IdGenerator};
 use trellis_core::service::Services;
-use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing};
+use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_sqlite::SqliteStore;
 use trellis_worker::{run_loop, CrashPoint, LocalNotifier, SystemClock, WorkerOptions};
 
@@ -57,6 +57,8 @@ pub struct HostOptions {
     pub api_key: Option<String>,
     /// Test hook: crash at this point (`TRELLIS_TEST_CRASH_AT`).
     pub crash: Option<CrashPoint>,
+    /// SSE settings (keep-alive interval).
+    pub streams: StreamSettings,
 }
 
 /// A running embedded host.
@@ -94,10 +96,13 @@ impl EmbeddedHost {
         let fixtures = load_definitions(&services, args).await?;
         let (keys, dev_key) = collect_keys(args, &options)?;
 
+        let cursor_key = keys::cursor_secret((!args.memory).then_some(args.data_dir.as_path()))?;
         let state = AppState {
             services: services.clone(),
             keys: Arc::new(KeyRing::new(keys)),
             discovery: Arc::new(Discovery::new(&limits, &fixtures)),
+            cursor_key: Arc::new(cursor_key),
+            streams: options.streams,
         };
         let listener = TcpListener::bind(args.bind).await.map_err(|error| StartError::Bind(args.bind, error))?;
         let addr = listener.local_addr().map_err(|error| StartError::Bind(args.bind, error))?;

@@ -97,14 +97,31 @@ pub fn generate_key() -> String {
 
 /// The development key kept in `data_dir`, created (mode 0600) on first use.
 pub fn dev_key(data_dir: &Path) -> Result<String, KeyError> {
-    let path = data_dir.join(DEV_KEY_FILE);
-    if let Ok(existing) = fs::read_to_string(&path) {
+    persisted_secret(&data_dir.join(DEV_KEY_FILE), generate_key)
+}
+
+/// The file, inside the data directory, that keeps the secret signing list cursors.
+pub const CURSOR_SECRET_FILE: &str = "cursor-secret";
+
+/// The secret that signs list cursors: kept in `data_dir` (so cursors survive a restart), or
+/// fresh for an in-memory host.
+pub fn cursor_secret(data_dir: Option<&Path>) -> Result<[u8; 32], KeyError> {
+    let text = match data_dir {
+        Some(dir) => persisted_secret(&dir.join(CURSOR_SECRET_FILE), generate_key)?,
+        None => generate_key(),
+    };
+    Ok(ApiKey::hash_of(&text))
+}
+
+/// Reads a secret from `path`, or creates it there (mode 0600) with `make`.
+fn persisted_secret(path: &Path, make: fn() -> String) -> Result<String, KeyError> {
+    if let Ok(existing) = fs::read_to_string(path) {
         let existing = existing.trim();
         if !existing.is_empty() {
             return Ok(existing.to_owned());
         }
     }
-    let key = generate_key();
+    let key = make();
     let shown = path.display().to_string();
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -113,7 +130,7 @@ pub fn dev_key(data_dir: &Path) -> Result<String, KeyError> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options.open(&path).map_err(|source| KeyError::Persist { path: shown.clone(), source })?;
+    let mut file = options.open(path).map_err(|source| KeyError::Persist { path: shown.clone(), source })?;
     file.write_all(key.as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(|source| KeyError::Persist { path: shown, source })?;

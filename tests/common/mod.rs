@@ -27,7 +27,11 @@ pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
 }
 
 pub async fn start(args: ServeArgs) -> EmbeddedHost {
-    EmbeddedHost::start(&args, HostOptions { api_key: Some(KEY.to_owned()), crash: None }).await.expect("host starts")
+    start_with(args, HostOptions { api_key: Some(KEY.to_owned()), ..HostOptions::default() }).await
+}
+
+pub async fn start_with(args: ServeArgs, options: HostOptions) -> EmbeddedHost {
+    EmbeddedHost::start(&args, options).await.expect("host starts")
 }
 
 pub struct Client {

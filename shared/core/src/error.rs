@@ -109,6 +109,16 @@ pub enum ServiceError {
         /// `{requiredCapability, offendingTypeId?, nodeId?}`.
         details: Value,
     },
+    /// The request conflicts with the current state (e.g. an immutable version exists).
+    #[error("{message}")]
+    Conflict {
+        /// Stable code, e.g. `version_conflict`.
+        code: &'static str,
+        /// Human text.
+        message: String,
+        /// Machine-readable details.
+        details: Value,
+    },
     /// The same idempotency key was used with a different request body.
     #[error("the Idempotency-Key was already used with a different request")]
     IdempotencyKeyMismatch,
@@ -128,6 +138,7 @@ impl ServiceError {
             Self::NotFound { .. } => "not_found",
             Self::Forbidden { .. } => "forbidden",
             Self::CapabilityRequired { .. } => "capability_required",
+            Self::Conflict { code, .. } => code,
             Self::IdempotencyKeyMismatch => "idempotency_key_mismatch",
             Self::Unavailable => "service_unavailable",
             Self::Internal => "internal_error",

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::engine::Effect;
 use crate::error::StoreError;
 use crate::event::RunEvent;
-use crate::run::RunState;
+use crate::run::{RunState, RunStatus};
 use crate::timefmt::Millis;
 
 /// The read-only namespace holding bundled definitions (examples, conformance fixtures); a
@@ -22,7 +22,11 @@ pub const GLOBAL_NAMESPACE: &str = "_global";
 pub struct StoredWorkflow {
     /// `GLOBAL_NAMESPACE` or a tenant.
     pub namespace: String,
-    /// The definition's content hash (its identity; versions are immutable).
+    /// The workflow id.
+    pub workflow_id: String,
+    /// The author's version label.
+    pub version: String,
+    /// The definition's content hash (its identity; stored documents never change).
     pub content_hash: String,
     /// The document, verbatim.
     pub document: Value,
@@ -33,7 +37,7 @@ pub struct StoredWorkflow {
 pub trait WorkflowStore: Send + Sync {
     /// Stores a definition version; storing the same content again is a no-op that makes it
     /// the latest again.
-    async fn put_workflow(&self, workflow: &StoredWorkflow, workflow_id: &str, now: Millis) -> Result<(), StoreError>;
+    async fn put_workflow(&self, workflow: &StoredWorkflow, now: Millis) -> Result<(), StoreError>;
     /// The most recently stored version of `workflow_id` in `namespace`.
     async fn latest_workflow(&self, namespace: &str, workflow_id: &str) -> Result<Option<StoredWorkflow>, StoreError>;
     /// One exact version.
@@ -42,6 +46,13 @@ pub trait WorkflowStore: Send + Sync {
         namespace: &str,
         workflow_id: &str,
         content_hash: &str,
+    ) -> Result<Option<StoredWorkflow>, StoreError>;
+    /// The latest stored document of `workflow_id` whose version label is `version`.
+    async fn workflow_by_label(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        version: &str,
     ) -> Result<Option<StoredWorkflow>, StoreError>;
     /// Ids of every workflow in `namespace`.
     async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError>;
@@ -64,6 +75,21 @@ pub struct IdempotencyRecord {
     pub body: Value,
     /// When it was recorded.
     pub created_at: Millis,
+}
+
+/// What [`RunStore::claim_idempotency`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyClaim {
+    /// No finished record: the caller now holds a pending claim (until its lease ends) and
+    /// must complete or abandon it.
+    Claimed,
+    /// The request was already answered: this is the recorded answer.
+    Completed(IdempotencyRecord),
+    /// Another request with this key is being processed.
+    InFlight {
+        /// Digest of the request that holds the claim.
+        request_digest: String,
+    },
 }
 
 /// What [`RunStore::create_run`] did.
@@ -100,13 +126,59 @@ pub trait RunStore: Send + Sync {
     ) -> Result<(), StoreError>;
     /// Events with `sequence > after` (all when `None`), in order, at most `limit`.
     async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError>;
-    /// The record for `(tenant, endpoint, key)`.
+    /// The finished record for `(tenant, endpoint, key)`, if any.
     async fn find_idempotency(
         &self,
         tenant: &str,
         endpoint: &str,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError>;
+    /// Atomically claims `(tenant, endpoint, key)` for a request with `request_digest`: creates
+    /// a pending record leased until `lease_until`, or takes over one whose lease ended at
+    /// `now`; otherwise reports the finished record or the claim in flight.
+    async fn claim_idempotency(
+        &self,
+        tenant: &str,
+        endpoint: &str,
+        key: &str,
+        request_digest: &str,
+        now: Millis,
+        lease_until: Millis,
+    ) -> Result<IdempotencyClaim, StoreError>;
+    /// Stores the final answer of a claimed key (pending → completed).
+    async fn complete_idempotency(&self, record: &IdempotencyRecord) -> Result<(), StoreError>;
+    /// Drops a pending claim whose answer must not be kept (validation, auth, retryable).
+    async fn abandon_idempotency(&self, tenant: &str, endpoint: &str, key: &str) -> Result<(), StoreError>;
+    /// The tenant's runs, newest first, after `after` (exclusive), at most `limit`.
+    async fn list_runs(
+        &self,
+        tenant: &str,
+        filter: &RunFilter,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<Vec<RunState>, StoreError>;
+}
+
+/// Filters of a run listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunFilter {
+    /// Only runs of this workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<String>,
+    /// Only runs with this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RunStatus>,
+}
+
+/// A position in a run listing (newest first): the last run returned.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPosition {
+    /// Its creation time.
+    pub created_at: Millis,
+    /// Its id (tie-breaker).
+    pub run_id: String,
 }
 
 /// A unit of work taken from the queue.

@@ -8,7 +8,9 @@ use serde_json::{json, Map, Value};
 
 use crate::engine::{self, Effect, Input};
 use crate::model::Workflow;
-use crate::ports::{Backend, CreateResult, IdempotencyRecord, StoredWorkflow, GLOBAL_NAMESPACE};
+use crate::ports::{
+    Backend, CreateResult, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, StoredWorkflow, GLOBAL_NAMESPACE,
+};
 use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
 use crate::StoreError;
 
@@ -75,6 +77,55 @@ pub async fn store_contract<F: Fn() -> Arc<dyn Backend>>(make: F) {
     idempotent_create_writes_once(make()).await;
     tasks_lease_release_and_ack(make()).await;
     workflows_are_versioned_by_content(make()).await;
+    idempotency_claims_are_exclusive(make()).await;
+    runs_list_newest_first_with_filters(make()).await;
+}
+
+async fn idempotency_claims_are_exclusive(store: Arc<dyn Backend>) {
+    let (t, e) = ("t1", "POST /v1/runs/r/cancel");
+    assert_eq!(store.claim_idempotency(t, e, "k", "d1", 100, 1_100).await.unwrap(), IdempotencyClaim::Claimed);
+    assert_eq!(
+        store.claim_idempotency(t, e, "k", "d1", 200, 1_200).await.unwrap(),
+        IdempotencyClaim::InFlight { request_digest: "d1".into() }
+    );
+    assert!(store.find_idempotency(t, e, "k").await.unwrap().is_none(), "a pending claim is not an answer");
+    let mut answer = record("k", "d1", json!({"status": "cancelled"}));
+    answer.endpoint = e.into();
+    answer.status = 200;
+    store.complete_idempotency(&answer).await.unwrap();
+    match store.claim_idempotency(t, e, "k", "d2", 300, 1_300).await.unwrap() {
+        IdempotencyClaim::Completed(found) => assert_eq!((found.status, found.body), (200, json!({"status": "cancelled"}))),
+        other => panic!("expected the completed record, got {other:?}"),
+    }
+    // An abandoned claim frees the key; an expired lease can be taken over.
+    assert_eq!(store.claim_idempotency(t, e, "k2", "d", 100, 1_100).await.unwrap(), IdempotencyClaim::Claimed);
+    store.abandon_idempotency(t, e, "k2").await.unwrap();
+    assert_eq!(store.claim_idempotency(t, e, "k2", "d", 200, 1_200).await.unwrap(), IdempotencyClaim::Claimed);
+    assert_eq!(store.claim_idempotency(t, e, "k2", "d", 1_200, 2_200).await.unwrap(), IdempotencyClaim::Claimed);
+    assert_eq!(store.claim_idempotency("t2", e, "k", "d9", 100, 1_100).await.unwrap(), IdempotencyClaim::Claimed);
+}
+
+async fn runs_list_newest_first_with_filters(store: Arc<dyn Backend>) {
+    let workflow = chain_workflow();
+    for (index, tenant) in ["t1", "t1", "t2", "t1"].into_iter().enumerate() {
+        let mut run = pending_run(&workflow, &format!("run-l{index}"), tenant);
+        run.created_at = 10 + index as u64;
+        if index == 1 {
+            run.status = RunStatus::Completed;
+        }
+        store.create_run(&run, &[], &[], None).await.unwrap();
+    }
+    let ids = |runs: Vec<RunState>| runs.into_iter().map(|run| run.run_id).collect::<Vec<_>>();
+    let all = RunFilter::default();
+    assert_eq!(ids(store.list_runs("t1", &all, None, 10).await.unwrap()), ["run-l3", "run-l1", "run-l0"]);
+    let page = store.list_runs("t1", &all, None, 2).await.unwrap();
+    let last = page.last().unwrap();
+    let after = RunPosition { created_at: last.created_at, run_id: last.run_id.clone() };
+    assert_eq!(ids(store.list_runs("t1", &all, Some(&after), 2).await.unwrap()), ["run-l0"]);
+    let completed = RunFilter { status: Some(RunStatus::Completed), ..RunFilter::default() };
+    assert_eq!(ids(store.list_runs("t1", &completed, None, 10).await.unwrap()), ["run-l1"]);
+    let other = RunFilter { workflow_id: Some("other".into()), ..RunFilter::default() };
+    assert!(store.list_runs("t1", &other, None, 10).await.unwrap().is_empty());
 }
 
 async fn started(store: &Arc<dyn Backend>, run_id: &str) -> (Workflow, RunState) {
@@ -179,11 +230,16 @@ async fn workflows_are_versioned_by_content(store: Arc<dyn Backend>) {
     let v2 = json!({"id": "wf", "name": "two", "nodes": [{"id": "a", "typeId": "core.noop"}]});
     let stored = |document: &Value| StoredWorkflow {
         namespace: "t1".into(),
+        workflow_id: "wf".into(),
+        version: document["name"].as_str().unwrap().into(),
         content_hash: crate::model::content_hash(document),
         document: document.clone(),
     };
-    store.put_workflow(&stored(&v1), "wf", 1).await.unwrap();
-    store.put_workflow(&stored(&v2), "wf", 2).await.unwrap();
+    store.put_workflow(&stored(&v1), 1).await.unwrap();
+    store.put_workflow(&stored(&v2), 2).await.unwrap();
+    let labelled = store.workflow_by_label("t1", "wf", "one").await.unwrap().unwrap();
+    assert_eq!(labelled.content_hash, crate::model::content_hash(&v1));
+    assert!(store.workflow_by_label("t1", "wf", "three").await.unwrap().is_none());
     assert_eq!(store.latest_workflow("t1", "wf").await.unwrap().unwrap().document["name"], "two");
     let old = store.workflow_version("t1", "wf", &crate::model::content_hash(&v1)).await.unwrap();
     assert_eq!(old.unwrap().document["name"], "one", "older versions stay readable for pinned runs");

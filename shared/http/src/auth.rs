@@ -24,6 +24,8 @@ pub enum Scope {
     RunsCancel,
     /// Reading workflow definitions.
     ManifestRead,
+    /// Registering workflow definitions (host extension).
+    WorkflowsWrite,
 }
 
 impl Scope {
@@ -34,11 +36,13 @@ impl Scope {
             Self::RunsRead => "runs:read",
             Self::RunsCancel => "runs:cancel",
             Self::ManifestRead => "manifest:read",
+            Self::WorkflowsWrite => "workflows:write",
         }
     }
 
     /// Every scope this host checks.
-    pub const ALL: [Scope; 4] = [Self::RunsCreate, Self::RunsRead, Self::RunsCancel, Self::ManifestRead];
+    pub const ALL: [Scope; 5] =
+        [Self::RunsCreate, Self::RunsRead, Self::RunsCancel, Self::ManifestRead, Self::WorkflowsWrite];
 }
 
 /// One API key as stored: its hash, tenant and scopes.

@@ -44,6 +44,9 @@ impl Discovery {
                 "runTimeoutMs": { "type": "number", "exclusiveMinimum": 0, "maximum": limits.max_run_duration_ms },
             },
         });
+        document["debugBundle"] = json!({ "supported": true });
+        document["idempotency"] =
+            json!({ "supported": true, "layer1RetentionSeconds": 86_400, "crossRegion": "single-region" });
         if !fixtures.is_empty() {
             document["fixtures"] = json!(fixtures);
         }

@@ -11,10 +11,12 @@
 pub mod auth;
 pub mod discovery;
 pub mod error;
+pub mod idempotency;
 mod render;
 mod routes;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
@@ -33,6 +35,26 @@ pub struct AppState {
     pub keys: Arc<KeyRing>,
     /// The discovery document, built once at start.
     pub discovery: Arc<Discovery>,
+    /// The secret that signs list cursors.
+    pub cursor_key: Arc<[u8; 32]>,
+    /// SSE settings.
+    pub streams: StreamSettings,
+}
+
+/// How SSE streams behave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// A `:keepalive` comment is sent after this long without a frame (15 s by default).
+    pub keepalive: Duration,
+    /// Streams end after this long, so clients resume with `Last-Event-ID` (none embedded;
+    /// the serverless API ends them before the function's deadline).
+    pub max_duration: Option<Duration>,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        Self { keepalive: Duration::from_secs(15), max_duration: None }
+    }
 }
 
 /// Builds the router for the OpenWOP v1 surface.
@@ -41,12 +63,17 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/.well-known/openwop", get(discovery::well_known))
         .route("/v1/openapi.json", get(discovery::openapi))
-        .route("/v1/runs", post(routes::runs::create))
+        .route("/v1/runs", post(routes::runs::create).get(routes::list::list))
+        .route("/v1/runs:bulk-cancel", post(routes::runs::bulk_cancel))
         .route("/v1/runs/{run_id}", get(routes::runs::snapshot).post(routes::runs::custom_method))
         .route("/v1/runs/{run_id}/cancel", post(routes::runs::cancel))
+        .route("/v1/runs/{run_id}/events", get(routes::stream::events))
         .route("/v1/runs/{run_id}/events/poll", get(routes::events::poll))
+        .route("/v1/runs/{run_id}/debug-bundle", get(routes::debug::bundle))
+        .route("/v1/workflows", post(routes::workflows::register))
         .route("/v1/workflows/{workflow_id}", get(routes::workflows::get_workflow))
         .fallback(routes::fallback)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), idempotency::layer))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::map_response(error::envelope_layer))
         .with_state(state)

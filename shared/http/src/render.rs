@@ -76,7 +76,7 @@ pub(crate) fn status_url(run_id: &str) -> String {
     format!("/v1/runs/{run_id}")
 }
 
-/// Where the run's events are read: the poll route (the SSE route is not served yet).
+/// The run's event stream (SSE; `/poll` beside it for long-polling).
 pub(crate) fn events_url(run_id: &str) -> String {
-    format!("/v1/runs/{run_id}/events/poll")
+    format!("/v1/runs/{run_id}/events")
 }

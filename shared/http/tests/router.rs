@@ -15,7 +15,7 @@ use tower::ServiceExt;
 use trellis_core::limits::HostLimits;
 use trellis_core::ports::{Clock, IdGenerator, Notifier, GLOBAL_NAMESPACE};
 use trellis_core::service::Services;
-use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing};
+use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_sqlite::SqliteStore;
 
 struct FixedClock;
@@ -85,7 +85,13 @@ async fn harness() -> Harness {
         key("reader", "reader-key", "tenant-a", &["runs:read"]),
     ]);
     let discovery = Discovery::new(&HostLimits::default(), &["conformance-noop".to_owned()]);
-    let state = AppState { services, keys: Arc::new(keys), discovery: Arc::new(discovery) };
+    let state = AppState {
+        services,
+        keys: Arc::new(keys),
+        discovery: Arc::new(discovery),
+        cursor_key: Arc::new([7; 32]),
+        streams: StreamSettings::default(),
+    };
     Harness { app: router(state), store }
 }
 

@@ -1,10 +1,15 @@
 //! The SQLite schema, created on open.
 
+/// The layout version this build writes (`PRAGMA user_version`). A database with another
+/// non-zero version is refused at open rather than misread.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
 /// DDL applied at open; every statement is idempotent.
 pub(crate) const DDL: &str = "
 CREATE TABLE IF NOT EXISTS workflows (
     namespace     TEXT    NOT NULL,
     workflow_id   TEXT    NOT NULL,
+    version       TEXT    NOT NULL,
     content_hash  TEXT    NOT NULL,
     document      TEXT    NOT NULL,
     registered_at INTEGER NOT NULL,
@@ -20,7 +25,7 @@ CREATE TABLE IF NOT EXISTS runs (
     created_at  INTEGER NOT NULL,
     state       TEXT    NOT NULL
 );
-CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at);
+CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at, run_id);
 CREATE TABLE IF NOT EXISTS events (
     run_id    TEXT    NOT NULL,
     sequence  INTEGER NOT NULL,
@@ -35,8 +40,10 @@ CREATE TABLE IF NOT EXISTS idempotency (
     endpoint       TEXT    NOT NULL,
     key            TEXT    NOT NULL,
     request_digest TEXT    NOT NULL,
-    status         INTEGER NOT NULL,
-    body           TEXT    NOT NULL,
+    state          TEXT    NOT NULL,
+    lease_until    INTEGER,
+    status         INTEGER,
+    body           TEXT,
     created_at     INTEGER NOT NULL,
     PRIMARY KEY (tenant, endpoint, key)
 ) WITHOUT ROWID;

@@ -7,11 +7,14 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
 use serde_json::Value;
 use trellis_core::engine::Effect;
-use trellis_core::ports::{CreateResult, IdempotencyRecord, RunStore, StoredWorkflow, Task, TaskQueue, WorkflowStore};
+use trellis_core::ports::{
+    CreateResult, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore, StoredWorkflow, Task,
+    TaskQueue, WorkflowStore,
+};
 use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
-use crate::schema::DDL;
+use crate::schema::{DDL, SCHEMA_VERSION};
 
 /// The embedded store. Operations are short and run under one connection lock.
 pub struct SqliteStore {
@@ -54,7 +57,14 @@ impl SqliteStore {
     }
 
     fn init(connection: Connection) -> Result<Self, StoreError> {
+        let found: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(unavailable)?;
+        if found != 0 && found != SCHEMA_VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "the database has layout version {found}; this build reads version {SCHEMA_VERSION}"
+            )));
+        }
         connection.execute_batch(DDL).map_err(unavailable)?;
+        connection.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(unavailable)?;
         // Taking the write lock here makes a second process on the same file fail at open.
         connection.execute("UPDATE tasks SET leased_until = NULL", []).map_err(unavailable)?;
         Ok(Self { connection: Mutex::new(connection) })
@@ -121,7 +131,8 @@ fn find_record(
 ) -> Result<Option<IdempotencyRecord>, StoreError> {
     let row = connection
         .query_row(
-            "SELECT request_digest, status, body, created_at FROM idempotency WHERE tenant = ?1 AND endpoint = ?2 AND key = ?3",
+            "SELECT request_digest, status, body, created_at FROM idempotency
+             WHERE tenant = ?1 AND endpoint = ?2 AND key = ?3 AND state = 'completed'",
             params![tenant, endpoint, key],
             |row| Ok((row.get::<_, String>(0)?, row.get::<_, u16>(1)?, row.get::<_, String>(2)?, row.get::<_, u64>(3)?)),
         )
@@ -141,16 +152,42 @@ fn find_record(
     .transpose()
 }
 
+fn stored_workflow(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, String, String)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+}
+
+fn decode_workflow(row: Option<(String, String, String, String, String)>) -> Result<Option<StoredWorkflow>, StoreError> {
+    row.map(|(namespace, workflow_id, version, content_hash, document)| {
+        Ok(StoredWorkflow {
+            namespace,
+            workflow_id,
+            version,
+            content_hash,
+            document: serde_json::from_str(&document).map_err(corrupt)?,
+        })
+    })
+    .transpose()
+}
+
+const WORKFLOW_COLUMNS: &str = "namespace, workflow_id, version, content_hash, document";
+
 #[async_trait]
 impl WorkflowStore for SqliteStore {
-    async fn put_workflow(&self, workflow: &StoredWorkflow, workflow_id: &str, now: Millis) -> Result<(), StoreError> {
+    async fn put_workflow(&self, workflow: &StoredWorkflow, now: Millis) -> Result<(), StoreError> {
         let connection = self.lock();
         connection
             .execute(
-                "INSERT INTO workflows (namespace, workflow_id, content_hash, document, registered_at, seq)
-                 VALUES (?1, ?2, ?3, ?4, ?5, (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows))
+                "INSERT INTO workflows (namespace, workflow_id, version, content_hash, document, registered_at, seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows))
                  ON CONFLICT (namespace, workflow_id, content_hash) DO UPDATE SET seq = excluded.seq",
-                params![workflow.namespace, workflow_id, workflow.content_hash, to_json(&workflow.document)?, now],
+                params![
+                    workflow.namespace,
+                    workflow.workflow_id,
+                    workflow.version,
+                    workflow.content_hash,
+                    to_json(&workflow.document)?,
+                    now
+                ],
             )
             .map_err(unavailable)?;
         Ok(())
@@ -160,21 +197,16 @@ impl WorkflowStore for SqliteStore {
         let connection = self.lock();
         let row = connection
             .query_row(
-                "SELECT content_hash, document FROM workflows WHERE namespace = ?1 AND workflow_id = ?2
-                 ORDER BY seq DESC LIMIT 1",
+                &format!(
+                    "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE namespace = ?1 AND workflow_id = ?2
+                     ORDER BY seq DESC LIMIT 1"
+                ),
                 params![namespace, workflow_id],
-                |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+                stored_workflow,
             )
             .optional()
             .map_err(unavailable)?;
-        row.map(|(content_hash, document)| {
-            Ok(StoredWorkflow {
-                namespace: namespace.to_owned(),
-                content_hash,
-                document: serde_json::from_str(&document).map_err(corrupt)?,
-            })
-        })
-        .transpose()
+        decode_workflow(row)
     }
 
     async fn workflow_version(
@@ -184,23 +216,39 @@ impl WorkflowStore for SqliteStore {
         content_hash: &str,
     ) -> Result<Option<StoredWorkflow>, StoreError> {
         let connection = self.lock();
-        let document = connection
+        let row = connection
             .query_row(
-                "SELECT document FROM workflows WHERE namespace = ?1 AND workflow_id = ?2 AND content_hash = ?3",
+                &format!(
+                    "SELECT {WORKFLOW_COLUMNS} FROM workflows
+                     WHERE namespace = ?1 AND workflow_id = ?2 AND content_hash = ?3"
+                ),
                 params![namespace, workflow_id, content_hash],
-                |row| row.get::<_, String>(0),
+                stored_workflow,
             )
             .optional()
             .map_err(unavailable)?;
-        document
-            .map(|document| {
-                Ok(StoredWorkflow {
-                    namespace: namespace.to_owned(),
-                    content_hash: content_hash.to_owned(),
-                    document: serde_json::from_str(&document).map_err(corrupt)?,
-                })
-            })
-            .transpose()
+        decode_workflow(row)
+    }
+
+    async fn workflow_by_label(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        version: &str,
+    ) -> Result<Option<StoredWorkflow>, StoreError> {
+        let connection = self.lock();
+        let row = connection
+            .query_row(
+                &format!(
+                    "SELECT {WORKFLOW_COLUMNS} FROM workflows
+                     WHERE namespace = ?1 AND workflow_id = ?2 AND version = ?3 ORDER BY seq DESC LIMIT 1"
+                ),
+                params![namespace, workflow_id, version],
+                stored_workflow,
+            )
+            .optional()
+            .map_err(unavailable)?;
+        decode_workflow(row)
     }
 
     async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError> {
@@ -225,10 +273,15 @@ impl RunStore for SqliteStore {
         let mut connection = self.lock();
         let tx = connection.transaction().map_err(unavailable)?;
         if let Some(record) = idempotency {
+            // Completes the caller's pending claim, or records afresh; a finished record wins.
             let inserted = tx
                 .execute(
-                    "INSERT OR IGNORE INTO idempotency (tenant, endpoint, key, request_digest, status, body, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT INTO idempotency (tenant, endpoint, key, request_digest, state, status, body, created_at)
+                     VALUES (?1, ?2, ?3, ?4, 'completed', ?5, ?6, ?7)
+                     ON CONFLICT (tenant, endpoint, key) DO UPDATE SET
+                         state = 'completed', request_digest = excluded.request_digest, status = excluded.status,
+                         body = excluded.body, lease_until = NULL
+                     WHERE idempotency.state = 'pending' AND idempotency.request_digest = excluded.request_digest",
                     params![
                         record.tenant,
                         record.endpoint,
@@ -333,6 +386,105 @@ impl RunStore for SqliteStore {
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         find_record(&self.lock(), tenant, endpoint, key)
+    }
+
+    async fn claim_idempotency(
+        &self,
+        tenant: &str,
+        endpoint: &str,
+        key: &str,
+        request_digest: &str,
+        now: Millis,
+        lease_until: Millis,
+    ) -> Result<IdempotencyClaim, StoreError> {
+        let mut connection = self.lock();
+        let tx = connection.transaction().map_err(unavailable)?;
+        let claimed = tx
+            .execute(
+                "INSERT INTO idempotency (tenant, endpoint, key, request_digest, state, lease_until, created_at)
+                 VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)
+                 ON CONFLICT (tenant, endpoint, key) DO UPDATE SET
+                     request_digest = excluded.request_digest, lease_until = excluded.lease_until,
+                     created_at = excluded.created_at
+                 WHERE idempotency.state = 'pending' AND idempotency.lease_until <= ?6",
+                params![tenant, endpoint, key, request_digest, lease_until, now],
+            )
+            .map_err(unavailable)?;
+        let outcome = if claimed == 1 {
+            IdempotencyClaim::Claimed
+        } else if let Some(record) = find_record(&tx, tenant, endpoint, key)? {
+            IdempotencyClaim::Completed(record)
+        } else {
+            let holder = tx
+                .query_row(
+                    "SELECT request_digest FROM idempotency WHERE tenant = ?1 AND endpoint = ?2 AND key = ?3",
+                    params![tenant, endpoint, key],
+                    |row| row.get::<_, String>(0),
+                )
+                .map_err(unavailable)?;
+            IdempotencyClaim::InFlight { request_digest: holder }
+        };
+        tx.commit().map_err(unavailable)?;
+        Ok(outcome)
+    }
+
+    async fn complete_idempotency(&self, record: &IdempotencyRecord) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "UPDATE idempotency SET state = 'completed', status = ?4, body = ?5, lease_until = NULL
+                 WHERE tenant = ?1 AND endpoint = ?2 AND key = ?3 AND state = 'pending'",
+                params![record.tenant, record.endpoint, record.key, record.status, to_json(&record.body)?],
+            )
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn abandon_idempotency(&self, tenant: &str, endpoint: &str, key: &str) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "DELETE FROM idempotency WHERE tenant = ?1 AND endpoint = ?2 AND key = ?3 AND state = 'pending'",
+                params![tenant, endpoint, key],
+            )
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &str,
+        filter: &RunFilter,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<Vec<RunState>, StoreError> {
+        let connection = self.lock();
+        let mut query = connection
+            .prepare_cached(
+                "SELECT state FROM runs
+                 WHERE tenant = ?1
+                   AND (?2 IS NULL OR workflow_id = ?2)
+                   AND (?3 IS NULL OR status = ?3)
+                   AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND run_id < ?5))
+                 ORDER BY created_at DESC, run_id DESC LIMIT ?6",
+            )
+            .map_err(unavailable)?;
+        let rows = query
+            .query_map(
+                params![
+                    tenant,
+                    filter.workflow_id,
+                    filter.status.map(|status| status.as_str()),
+                    after.map(|position| position.created_at),
+                    after.map(|position| position.run_id.as_str()),
+                    limit as i64
+                ],
+                |row| row.get::<_, String>(0),
+            )
+            .map_err(unavailable)?;
+        let mut runs = Vec::new();
+        for row in rows {
+            runs.push(serde_json::from_str(&row.map_err(unavailable)?).map_err(corrupt)?);
+        }
+        Ok(runs)
     }
 }
 

@@ -13,12 +13,11 @@ use crate::ports::{CreateResult, IdempotencyRecord};
 use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
 use crate::schema;
 
-/// The endpoint id idempotency records of run creation are keyed by.
-pub const CREATE_ENDPOINT: &str = "POST /v1/runs";
-
 /// An `Idempotency-Key` with the digest of the request it came with.
 #[derive(Debug, Clone)]
 pub struct IdempotencyKey {
+    /// The endpoint id the key is scoped to.
+    pub endpoint: String,
     /// The caller's key.
     pub key: String,
     /// Digest of the canonical request body.
@@ -63,11 +62,6 @@ impl Services {
         let violations = schema::create_run_violations(body);
         if !violations.is_empty() {
             return Err(ServiceError::validation("the request body is invalid", json!({ "violations": violations })));
-        }
-        if let Some(key) = &idempotency {
-            if let Some(record) = self.store.find_idempotency(&principal.tenant, CREATE_ENDPOINT, &key.key).await? {
-                return replay_or_mismatch(record, key);
-            }
         }
         let request: CreateRunBody = serde_json::from_value(body.clone())
             .map_err(|_| ServiceError::validation("the request body is invalid", json!({})))?;
@@ -116,7 +110,7 @@ impl Services {
             let (status, body) = respond(&run);
             IdempotencyRecord {
                 tenant: principal.tenant.clone(),
-                endpoint: CREATE_ENDPOINT.to_owned(),
+                endpoint: key.endpoint.clone(),
                 key: key.key.clone(),
                 request_digest: key.request_digest.clone(),
                 status,

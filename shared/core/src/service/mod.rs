@@ -2,6 +2,7 @@
 //! it, and advance it by one task. HTTP handlers and queue workers are thin callers.
 
 mod create;
+mod idempotency;
 mod workflows;
 
 use std::collections::HashMap;
@@ -12,10 +13,11 @@ use crate::error::{ServiceError, StoreError};
 use crate::event::RunEvent;
 use crate::limits::HostLimits;
 use crate::model::Workflow;
-use crate::ports::{Backend, Clock, IdGenerator, Notifier};
+use crate::ports::{Backend, Clock, IdGenerator, Notifier, RunFilter, RunPosition};
 use crate::run::RunState;
 
-pub use create::{CreateOutcome, IdempotencyKey, CREATE_ENDPOINT};
+pub use create::{CreateOutcome, IdempotencyKey};
+pub use idempotency::Begin;
 pub use workflows::LoadReport;
 
 /// How many times a use case re-reads and re-decides after losing a version race.
@@ -65,6 +67,17 @@ impl Services {
             Some(run) if run.tenant == tenant => Ok(run),
             _ => Err(ServiceError::NotFound { what: "run" }),
         }
+    }
+
+    /// The tenant's runs, newest first.
+    pub async fn list_runs(
+        &self,
+        tenant: &str,
+        filter: &RunFilter,
+        after: Option<&RunPosition>,
+        limit: usize,
+    ) -> Result<Vec<RunState>, ServiceError> {
+        Ok(self.store.list_runs(tenant, filter, after, limit).await?)
     }
 
     /// The run and its events after `after`.

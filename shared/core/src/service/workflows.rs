@@ -11,6 +11,16 @@ use crate::error::ServiceError;
 use crate::model::Workflow;
 use crate::ports::{StoredWorkflow, GLOBAL_NAMESPACE};
 
+fn stored(namespace: &str, workflow: &Workflow) -> StoredWorkflow {
+    StoredWorkflow {
+        namespace: namespace.to_owned(),
+        workflow_id: workflow.id().to_owned(),
+        version: workflow.definition.version.clone(),
+        content_hash: workflow.content_hash.clone(),
+        document: workflow.document.clone(),
+    }
+}
+
 /// What loading a directory of definitions did.
 #[derive(Debug, Default)]
 pub struct LoadReport {
@@ -23,16 +33,37 @@ pub struct LoadReport {
 }
 
 impl Services {
-    /// Validates and stores a definition in `namespace`.
+    /// Validates and stores a definition in `namespace` (operator-supplied definitions: a
+    /// changed document under the same version label becomes the latest; runs already pinned
+    /// to the old document keep it).
     pub async fn put_workflow(&self, namespace: &str, document: Value) -> Result<Arc<Workflow>, ServiceError> {
         let workflow = Workflow::compile(document)?;
-        let stored = StoredWorkflow {
-            namespace: namespace.to_owned(),
-            content_hash: workflow.content_hash.clone(),
-            document: workflow.document.clone(),
-        };
-        self.store.put_workflow(&stored, workflow.id(), self.clock.now()).await?;
+        self.store.put_workflow(&stored(namespace, &workflow), self.clock.now()).await?;
         self.compile_cached(workflow.document.clone())
+    }
+
+    /// Registers a definition for `tenant` (`POST /v1/workflows`). Versions are immutable:
+    /// the same document again is accepted (`false`: nothing new), another document under an
+    /// existing version label is a conflict. A definition this host cannot run is refused.
+    pub async fn register_workflow(&self, tenant: &str, document: Value) -> Result<(Arc<Workflow>, bool), ServiceError> {
+        let workflow = Workflow::compile(document)?;
+        if let Some(gap) = &workflow.gap {
+            return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
+        }
+        let existing = self.store.workflow_by_label(tenant, workflow.id(), &workflow.definition.version).await?;
+        if let Some(existing) = existing {
+            if existing.content_hash == workflow.content_hash {
+                return Ok((self.compile_cached(existing.document)?, false));
+            }
+            return Err(ServiceError::Conflict {
+                code: "version_conflict",
+                message: "this workflow version is already registered with other content; versions are immutable"
+                    .to_owned(),
+                details: serde_json::json!({ "workflowId": workflow.id(), "version": workflow.definition.version }),
+            });
+        }
+        self.store.put_workflow(&stored(tenant, &workflow), self.clock.now()).await?;
+        Ok((self.compile_cached(workflow.document.clone())?, true))
     }
 
     /// The latest definition `workflow_id` visible to `tenant`: its own first, then the

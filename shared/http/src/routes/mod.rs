@@ -1,7 +1,10 @@
 //! Route handlers, one module per resource, and the helpers they share.
 
+pub(crate) mod debug;
 pub(crate) mod events;
+pub(crate) mod list;
 pub(crate) mod runs;
+pub(crate) mod stream;
 pub(crate) mod workflows;
 
 use axum::extract::State;

@@ -3,55 +3,51 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::Extension;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use trellis_core::service::{CreateOutcome, IdempotencyKey};
+use trellis_core::service::CreateOutcome;
 use trellis_core::timefmt::rfc3339;
 use trellis_core::RunState;
 
 use super::json_body;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
+use crate::idempotency::{replay_response, AnswerKept, KeyedRequest, REPLAY_HEADER};
 use crate::render::{events_url, snapshot as render_snapshot, status_url};
 use crate::AppState;
 
-/// The response header that marks a replayed idempotent response.
-const REPLAY_HEADER: &str = "openwop-idempotent-replay";
-/// Longest accepted `Idempotency-Key`.
-const MAX_KEY_LENGTH: usize = 255;
-
-/// `POST /v1/runs`.
+/// `POST /v1/runs`. With an `Idempotency-Key`, the answer is recorded in the same commit
+/// as the run (the middleware claimed the key).
 pub(crate) async fn create(
     caller: Caller,
     State(state): State<AppState>,
-    headers: HeaderMap,
+    keyed: Option<Extension<KeyedRequest>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::RunsCreate)?;
     let body = json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
-    let idempotency = idempotency_key(&headers, &body)?;
-    let keyed = idempotency.is_some();
+    let key = keyed.map(|Extension(KeyedRequest(key))| key);
+    let keyed = key.is_some();
     let respond = |run: &RunState| (StatusCode::CREATED.as_u16(), created_body(run));
-    let outcome = state.services.create_run(&caller.principal, &body, idempotency, &respond).await?;
-    let (status, body, replay) = match outcome {
-        CreateOutcome::Created(run) => (StatusCode::CREATED, created_body(&run), false),
-        CreateOutcome::Replayed(record) => {
-            (StatusCode::from_u16(record.status).unwrap_or(StatusCode::CREATED), record.body, true)
+    let outcome = state.services.create_run(&caller.principal, &body, key, &respond).await?;
+    let mut response = match outcome {
+        CreateOutcome::Created(run) => {
+            let body = created_body(&run);
+            let mut response = (StatusCode::CREATED, Json(body)).into_response();
+            if let Ok(location) = HeaderValue::from_str(&status_url(&run.run_id)) {
+                response.headers_mut().insert(header::LOCATION, location);
+            }
+            if keyed {
+                response.headers_mut().insert(REPLAY_HEADER, HeaderValue::from_static("false"));
+            }
+            response
         }
+        CreateOutcome::Replayed(record) => replay_response(record.status, record.body),
     };
-    let mut response = (status, Json(body.clone())).into_response();
-    if let Some(location) =
-        body.get("statusUrl").and_then(Value::as_str).and_then(|url| HeaderValue::from_str(url).ok())
-    {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    if keyed {
-        let flag = if replay { "true" } else { "false" };
-        response.headers_mut().insert(REPLAY_HEADER, HeaderValue::from_static(flag));
-    }
+    response.extensions_mut().insert(AnswerKept);
     Ok(response)
 }
 
@@ -64,23 +60,6 @@ fn created_body(run: &RunState) -> Value {
         "eventsUrl": events_url(&run.run_id),
         "statusUrl": status_url(&run.run_id),
     })
-}
-
-/// Reads and checks `Idempotency-Key`; the digest is over the canonical JSON of the body.
-fn idempotency_key(headers: &HeaderMap, body: &Value) -> Result<Option<IdempotencyKey>, ApiError> {
-    let Some(raw) = headers.get("idempotency-key") else { return Ok(None) };
-    let key = raw.to_str().ok().map(str::trim).unwrap_or("");
-    let url_safe = key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.~:".contains(&b));
-    if key.is_empty() || key.len() > MAX_KEY_LENGTH || !url_safe {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "idempotency_key_invalid",
-            "Idempotency-Key must be 1 to 255 URL-safe characters",
-        ));
-    }
-    let canonical = serde_json::to_string(body).unwrap_or_default();
-    let request_digest = format!("sha256:{}", hex::encode(Sha256::digest(canonical.as_bytes())));
-    Ok(Some(IdempotencyKey { key: key.to_owned(), request_digest }))
 }
 
 /// `GET /v1/runs/{runId}`.
@@ -136,4 +115,52 @@ pub(crate) async fn cancel(
         body["alreadyTerminal"] = json!(true);
     }
     Ok((StatusCode::OK, Json(body)).into_response())
+}
+
+/// Most ids one bulk cancel takes.
+const MAX_BULK_IDS: usize = 100;
+
+/// `POST /v1/runs:bulk-cancel` with `{runIds: [1..100], reason?}`: one result per id, in
+/// request order; `200` even when every id failed.
+pub(crate) async fn bulk_cancel(
+    caller: Caller,
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::RunsCancel)?;
+    let body = json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
+    let Value::Object(fields) = body else { return Err(ApiError::validation("the body must be a JSON object")) };
+    if fields.keys().any(|key| key != "runIds" && key != "reason") {
+        return Err(ApiError::validation("the bulk-cancel body accepts only `runIds` and `reason`")
+            .with_details(json!({ "allowed": ["runIds", "reason"] })));
+    }
+    let reason = match fields.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(reason)) => Some(reason.clone()),
+        Some(_) => return Err(ApiError::validation("`reason` must be a string")),
+    };
+    let ids: Vec<String> = match fields.get("runIds") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| item.as_str().filter(|id| !id.is_empty()).map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(|| ApiError::validation("every entry of `runIds` must be a non-empty string"))?,
+        _ => return Err(ApiError::validation("`runIds` must be an array of run ids")),
+    };
+    if ids.is_empty() || ids.len() > MAX_BULK_IDS {
+        return Err(ApiError::validation(format!("`runIds` must hold 1 to {MAX_BULK_IDS} ids"))
+            .with_details(json!({ "maxRunIds": MAX_BULK_IDS })));
+    }
+    let mut results = Vec::with_capacity(ids.len());
+    for run_id in ids {
+        let result = match state.services.cancel_run(caller.tenant(), &run_id, reason.clone()).await {
+            Ok((run, _)) => json!({ "runId": run_id, "ok": true, "status": run.status.as_str() }),
+            Err(error) => {
+                let error = ApiError::from(error);
+                json!({ "runId": run_id, "ok": false, "error": { "code": error.code, "message": error.message } })
+            }
+        };
+        results.push(result);
+    }
+    Ok(Json(json!({ "results": results })))
 }
