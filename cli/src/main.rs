@@ -21,7 +21,8 @@ async fn main() -> ExitCode {
                 Some(Ok(point)) => Some(point),
                 None => None,
             };
-            let options = HostOptions { api_key: std::env::var("TRELLIS_API_KEY").ok(), crash, ..HostOptions::default() };
+            let options =
+                HostOptions { api_key: std::env::var("TRELLIS_API_KEY").ok(), crash, ..HostOptions::default() };
             let host = match EmbeddedHost::start(&args, options).await {
                 Ok(host) => host,
                 Err(error) => return fail(&error.to_string()),

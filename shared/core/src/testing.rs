@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 use crate::engine::{self, Effect, Input};
 use crate::model::Workflow;
 use crate::ports::{
-    Backend, CreateResult, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, StoredWorkflow, GLOBAL_NAMESPACE,
+    Backend, CreateResult, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, StoredWorkflow,
+    GLOBAL_NAMESPACE,
 };
 use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
 use crate::StoreError;
@@ -94,7 +95,9 @@ async fn idempotency_claims_are_exclusive(store: Arc<dyn Backend>) {
     answer.status = 200;
     store.complete_idempotency(&answer).await.unwrap();
     match store.claim_idempotency(t, e, "k", "d2", 300, 1_300).await.unwrap() {
-        IdempotencyClaim::Completed(found) => assert_eq!((found.status, found.body), (200, json!({"status": "cancelled"}))),
+        IdempotencyClaim::Completed(found) => {
+            assert_eq!((found.status, found.body), (200, json!({"status": "cancelled"})))
+        }
         other => panic!("expected the completed record, got {other:?}"),
     }
     // An abandoned claim frees the key; an expired lease can be taken over.

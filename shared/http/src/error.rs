@@ -78,7 +78,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::CapabilityRequired { details, .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message).with_details(details)
             }
-            ServiceError::Conflict { details, .. } => Self::new(StatusCode::CONFLICT, code, message).with_details(details),
+            ServiceError::Conflict { details, .. } => {
+                Self::new(StatusCode::CONFLICT, code, message).with_details(details)
+            }
             ServiceError::IdempotencyKeyMismatch => Self::new(StatusCode::CONFLICT, code, message),
             ServiceError::Unavailable => Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
                 .with_details(json!({ "retriable": true, "retryAfter": 1 })),

@@ -134,7 +134,9 @@ fn find_record(
             "SELECT request_digest, status, body, created_at FROM idempotency
              WHERE tenant = ?1 AND endpoint = ?2 AND key = ?3 AND state = 'completed'",
             params![tenant, endpoint, key],
-            |row| Ok((row.get::<_, String>(0)?, row.get::<_, u16>(1)?, row.get::<_, String>(2)?, row.get::<_, u64>(3)?)),
+            |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, u16>(1)?, row.get::<_, String>(2)?, row.get::<_, u64>(3)?))
+            },
         )
         .optional()
         .map_err(unavailable)?;
@@ -156,7 +158,9 @@ fn stored_workflow(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String,
     Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
 }
 
-fn decode_workflow(row: Option<(String, String, String, String, String)>) -> Result<Option<StoredWorkflow>, StoreError> {
+fn decode_workflow(
+    row: Option<(String, String, String, String, String)>,
+) -> Result<Option<StoredWorkflow>, StoreError> {
     row.map(|(namespace, workflow_id, version, content_hash, document)| {
         Ok(StoredWorkflow {
             namespace,

@@ -45,7 +45,11 @@ impl Services {
     /// Registers a definition for `tenant` (`POST /v1/workflows`). Versions are immutable:
     /// the same document again is accepted (`false`: nothing new), another document under an
     /// existing version label is a conflict. A definition this host cannot run is refused.
-    pub async fn register_workflow(&self, tenant: &str, document: Value) -> Result<(Arc<Workflow>, bool), ServiceError> {
+    pub async fn register_workflow(
+        &self,
+        tenant: &str,
+        document: Value,
+    ) -> Result<(Arc<Workflow>, bool), ServiceError> {
         let workflow = Workflow::compile(document)?;
         if let Some(gap) = &workflow.gap {
             return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });

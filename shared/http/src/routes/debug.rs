@@ -37,7 +37,8 @@ pub(crate) async fn bundle(
     let event_docs: Vec<Value> = events
         .iter()
         .map(|event| {
-            let mut doc = json!({ "sequence": event.sequence, "type": event.event_type, "timestamp": rfc3339(event.timestamp) });
+            let mut doc =
+                json!({ "sequence": event.sequence, "type": event.event_type, "timestamp": rfc3339(event.timestamp) });
             if let Some(node_id) = &event.node_id {
                 doc["nodeId"] = json!(node_id);
             }

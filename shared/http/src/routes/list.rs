@@ -59,9 +59,8 @@ fn decode(key: &[u8], text: &str, tenant: &str, filter: &RunFilter) -> Result<Ru
 }
 
 fn parse_status(raw: &str) -> Result<RunStatus, ApiError> {
-    serde_json::from_value(json!(raw)).map_err(|_| {
-        ApiError::validation("status is not a run status").with_details(json!({ "parameter": "status" }))
-    })
+    serde_json::from_value(json!(raw))
+        .map_err(|_| ApiError::validation("status is not a run status").with_details(json!({ "parameter": "status" })))
 }
 
 /// `GET /v1/runs?workflowId=&status=&limit=&cursor=`.
@@ -83,7 +82,8 @@ pub(crate) async fn list(
                 .with_details(json!({ "parameter": "limit" })))
         }
     };
-    let after = query.get("cursor").map(|text| decode(&state.cursor_key[..], text, caller.tenant(), &filter)).transpose()?;
+    let after =
+        query.get("cursor").map(|text| decode(&state.cursor_key[..], text, caller.tenant(), &filter)).transpose()?;
     let mut runs = state.services.list_runs(caller.tenant(), &filter, after.as_ref(), limit + 1).await?;
     let more = runs.len() > limit;
     runs.truncate(limit);
@@ -116,7 +116,7 @@ mod tests {
         assert!(decode(b"secret", &text, "b", &filter).is_err());
         let narrowed = RunFilter { workflow_id: Some("w".into()), ..RunFilter::default() };
         assert!(decode(b"secret", &text, "a", &narrowed).is_err());
-        let mut tampered = text.clone();
+        let mut tampered = text;
         tampered.replace_range(0..2, "00");
         assert!(decode(b"secret", &tampered, "a", &filter).is_err());
     }

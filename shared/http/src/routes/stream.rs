@@ -44,8 +44,13 @@ impl Filter {
             Self::Updates => {
                 let excluded = matches!(
                     event_type,
-                    "node.started" | "node.retried" | "variable.changed" | "version.pinned" | "log.appended"
-                        | "output.chunk" | "ai.message.chunk"
+                    "node.started"
+                        | "node.retried"
+                        | "variable.changed"
+                        | "version.pinned"
+                        | "log.appended"
+                        | "output.chunk"
+                        | "ai.message.chunk"
                 ) || event_type.starts_with("lease.")
                     || event_type.starts_with("trellis.");
                 !excluded
