@@ -1,0 +1,35 @@
+//! The workflows the benchmark runs.
+
+use serde_json::{json, Value};
+
+/// A named workflow and how many nodes one run of it executes.
+pub(crate) struct Scenario {
+    pub(crate) id: &'static str,
+    pub(crate) nodes: usize,
+    pub(crate) definition: Value,
+}
+
+fn chain(id: &'static str, length: usize) -> Scenario {
+    let nodes: Vec<Value> = (0..length).map(|i| json!({"id": format!("n{i}"), "typeId": "core.noop"})).collect();
+    let edges: Vec<Value> = (1..length)
+        .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{}", i - 1), "targetNodeId": format!("n{i}")}))
+        .collect();
+    Scenario { id, nodes: length, definition: json!({"id": id, "name": id, "nodes": nodes, "edges": edges}) }
+}
+
+fn fan_out(id: &'static str, width: usize) -> Scenario {
+    let mut nodes = vec![json!({"id": "start", "typeId": "core.noop"})];
+    let mut edges = Vec::new();
+    for i in 0..width {
+        nodes.push(json!({"id": format!("b{i}"), "typeId": "core.noop"}));
+        edges.push(json!({"id": format!("s{i}"), "sourceNodeId": "start", "targetNodeId": format!("b{i}")}));
+        edges.push(json!({"id": format!("j{i}"), "sourceNodeId": format!("b{i}"), "targetNodeId": "join"}));
+    }
+    nodes.push(json!({"id": "join", "typeId": "core.noop"}));
+    Scenario { id, nodes: width + 2, definition: json!({"id": id, "name": id, "nodes": nodes, "edges": edges}) }
+}
+
+/// Chains of 10 and 50 `core.noop` nodes and an 8-wide fan-out with a join.
+pub(crate) fn all() -> Vec<Scenario> {
+    vec![chain("bench-chain-10", 10), chain("bench-chain-50", 50), fan_out("bench-fan-out-8", 8)]
+}
