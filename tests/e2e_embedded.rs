@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_log_well_formed, serve_args, start, types, Client, Reference, KEY};
+use common::{assert_log_well_formed, serve_args, start, types, write_keys_file, Client, Reference, KEY};
 use serde_json::{json, Value};
 
 const SPEC_DEADLINE: Duration = Duration::from_secs(5);
@@ -141,17 +141,10 @@ async fn long_poll_returns_when_the_next_event_lands() {
 #[tokio::test]
 async fn tenants_are_isolated_across_keys_from_a_keys_file() {
     let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys.json");
-    let hash = |secret: &str| hex::encode(trellis_http::ApiKey::hash_of(secret));
-    std::fs::write(
-        &keys,
-        json!([
-            {"label": "acme", "sha256": hash("acme-key"), "tenant": "acme", "scopes": ["*"]},
-            {"label": "globex", "sha256": hash("globex-key"), "tenant": "globex", "scopes": ["runs:read", "runs:cancel"]}
-        ])
-        .to_string(),
-    )
-    .unwrap();
+    let keys = write_keys_file(
+        dir.path(),
+        &[("acme-key", "acme", &["*"]), ("globex-key", "globex", &["runs:read", "runs:cancel"])],
+    );
     let mut args = serve_args(None);
     args.keys_file = Some(keys);
     let host = start(args).await;

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_log_well_formed, serve_args, start, start_with, types, Client, Reference, KEY};
+use common::{assert_log_well_formed, serve_args, start, start_with, types, write_keys_file, Client, Reference, KEY};
 use serde_json::{json, Value};
 use trellis::host::HostOptions;
 use trellis_http::StreamSettings;
@@ -316,17 +316,7 @@ async fn cancel_and_bulk_cancel_honour_idempotency_keys() {
 #[tokio::test]
 async fn bulk_cancel_reports_each_id_in_request_order() {
     let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys.json");
-    let hash = |secret: &str| hex::encode(trellis_http::ApiKey::hash_of(secret));
-    std::fs::write(
-        &keys,
-        json!([
-            {"label": "main", "sha256": hash(KEY), "tenant": "main", "scopes": ["*"]},
-            {"label": "other", "sha256": hash("other-key"), "tenant": "other", "scopes": ["*"]}
-        ])
-        .to_string(),
-    )
-    .unwrap();
+    let keys = write_keys_file(dir.path(), &[(KEY, "main", &["*"]), ("other-key", "other", &["*"])]);
     let mut args = serve_args(None);
     args.keys_file = Some(keys);
     let host = start_with(args, HostOptions::default()).await;

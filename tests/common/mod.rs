@@ -12,6 +12,19 @@ use trellis::host::{EmbeddedHost, HostOptions};
 
 pub const KEY: &str = "e2e-key";
 
+/// Writes a keys file of `(secret, tenant, scopes)` entries into `dir`; returns its path.
+pub fn write_keys_file(dir: &Path, keys: &[(&str, &str, &[&str])]) -> PathBuf {
+    let entries: Vec<Value> = keys
+        .iter()
+        .map(|(secret, tenant, scopes)| {
+            json!({"label": tenant, "sha256": hex::encode(trellis_http::ApiKey::hash_of(secret)), "tenant": tenant, "scopes": scopes})
+        })
+        .collect();
+    let path = dir.join("keys.json");
+    std::fs::write(&path, Value::Array(entries).to_string()).unwrap();
+    path
+}
+
 /// `trellis serve` arguments for a test host on an ephemeral port.
 pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
     ServeArgs {

@@ -173,7 +173,25 @@ fn decode_workflow(
     .transpose()
 }
 
-const WORKFLOW_COLUMNS: &str = "namespace, workflow_id, version, content_hash, document";
+/// The newest workflow row of `(namespace, workflow_id)` that also matches `extra` (a
+/// condition on `?3`, or none).
+fn newest_workflow(
+    connection: &Connection,
+    namespace: &str,
+    workflow_id: &str,
+    extra: Option<(&str, &str)>,
+) -> Result<Option<StoredWorkflow>, StoreError> {
+    let condition = extra.map(|(column, _)| format!(" AND {column} = ?3")).unwrap_or_default();
+    let sql = format!(
+        "SELECT namespace, workflow_id, version, content_hash, document FROM workflows
+         WHERE namespace = ?1 AND workflow_id = ?2{condition} ORDER BY seq DESC LIMIT 1"
+    );
+    let row = match extra {
+        Some((_, value)) => connection.query_row(&sql, params![namespace, workflow_id, value], stored_workflow),
+        None => connection.query_row(&sql, params![namespace, workflow_id], stored_workflow),
+    };
+    decode_workflow(row.optional().map_err(unavailable)?)
+}
 
 #[async_trait]
 impl WorkflowStore for SqliteStore {
@@ -198,19 +216,7 @@ impl WorkflowStore for SqliteStore {
     }
 
     async fn latest_workflow(&self, namespace: &str, workflow_id: &str) -> Result<Option<StoredWorkflow>, StoreError> {
-        let connection = self.lock();
-        let row = connection
-            .query_row(
-                &format!(
-                    "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE namespace = ?1 AND workflow_id = ?2
-                     ORDER BY seq DESC LIMIT 1"
-                ),
-                params![namespace, workflow_id],
-                stored_workflow,
-            )
-            .optional()
-            .map_err(unavailable)?;
-        decode_workflow(row)
+        newest_workflow(&self.lock(), namespace, workflow_id, None)
     }
 
     async fn workflow_version(
@@ -219,19 +225,7 @@ impl WorkflowStore for SqliteStore {
         workflow_id: &str,
         content_hash: &str,
     ) -> Result<Option<StoredWorkflow>, StoreError> {
-        let connection = self.lock();
-        let row = connection
-            .query_row(
-                &format!(
-                    "SELECT {WORKFLOW_COLUMNS} FROM workflows
-                     WHERE namespace = ?1 AND workflow_id = ?2 AND content_hash = ?3"
-                ),
-                params![namespace, workflow_id, content_hash],
-                stored_workflow,
-            )
-            .optional()
-            .map_err(unavailable)?;
-        decode_workflow(row)
+        newest_workflow(&self.lock(), namespace, workflow_id, Some(("content_hash", content_hash)))
     }
 
     async fn workflow_by_label(
@@ -240,19 +234,7 @@ impl WorkflowStore for SqliteStore {
         workflow_id: &str,
         version: &str,
     ) -> Result<Option<StoredWorkflow>, StoreError> {
-        let connection = self.lock();
-        let row = connection
-            .query_row(
-                &format!(
-                    "SELECT {WORKFLOW_COLUMNS} FROM workflows
-                     WHERE namespace = ?1 AND workflow_id = ?2 AND version = ?3 ORDER BY seq DESC LIMIT 1"
-                ),
-                params![namespace, workflow_id, version],
-                stored_workflow,
-            )
-            .optional()
-            .map_err(unavailable)?;
-        decode_workflow(row)
+        newest_workflow(&self.lock(), namespace, workflow_id, Some(("version", version)))
     }
 
     async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError> {

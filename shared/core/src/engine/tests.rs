@@ -1,10 +1,10 @@
 //! Transition-table tests: inputs in, events and effects out, no I/O.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::*;
 use crate::model::Workflow;
-use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
+use crate::run::{RunState, RunStatus};
 
 fn workflow(nodes: Value, edges: Value) -> Workflow {
     Workflow::compile(json!({"id": "w", "name": "w", "nodes": nodes, "edges": edges})).unwrap()
@@ -20,36 +20,10 @@ fn chain(ids: &[&str]) -> Workflow {
 }
 
 fn pending(workflow: &Workflow, variables: Value) -> RunState {
-    let variables: Map<String, Value> = variables.as_object().unwrap().clone();
-    RunState {
-        run_id: "run-1".into(),
-        tenant: "t".into(),
-        principal: Principal { tenant: "t".into(), subject: "k".into(), key_class: "api-key".into() },
-        workflow: WorkflowRef {
-            id: "w".into(),
-            version: "1".into(),
-            content_hash: workflow.content_hash.clone(),
-            namespace: "t".into(),
-        },
-        status: RunStatus::Pending,
-        version: 0,
-        next_sequence: 0,
-        inputs: variables.clone(),
-        variables,
-        nodes: Default::default(),
-        edges: vec![EdgeStatus::Unresolved; workflow.definition.edges.len()],
-        node_executions: 0,
-        limits: RunLimits { max_node_executions: 100, run_duration_ms: 60_000 },
-        created_at: 1_000,
-        started_at: None,
-        ended_at: None,
-        error: None,
-        cancel_reason: None,
-        configurable: None,
-        tags: vec![],
-        metadata: None,
-        scope_id: None,
-    }
+    let mut run = crate::testing::pending_run(workflow, "run-1", "t");
+    run.variables = variables.as_object().unwrap().clone();
+    run.inputs = run.variables.clone();
+    run
 }
 
 /// Feeds every step effect back until none is left (timers are not fired); returns all
