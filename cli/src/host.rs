@@ -41,6 +41,9 @@ pub enum StartError {
     Bind(SocketAddr, std::io::Error),
 }
 
+/// How long a graceful stop waits for open connections.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Opaque run ids: `run-` and a random UUID.
 struct UuidRunIds;
 
@@ -125,9 +128,14 @@ impl EmbeddedHost {
     }
 
     /// Stops accepting requests, lets in-flight ones and the current task finish, and waits.
+    /// Connections still open after [`SHUTDOWN_GRACE`] (an SSE stream on a live run, a
+    /// long-poll) are closed; their clients resume with `Last-Event-ID` or a new poll.
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
-        let _ = self.server.await;
+        let mut server = self.server;
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_err() {
+            server.abort();
+        }
         let _ = self.worker.await;
     }
 }
