@@ -2,8 +2,10 @@
 # Runs every test of Trellis: lints, unit tests, the store contract, the router suite, the
 # embedded end-to-end suite, the fixture table and the crash-recovery suite.
 #
-# It installs what the tests need first. Today that is only the Rust toolchain's own
-# components (clippy, rustfmt); the AWS-emulator suites will add their installs here.
+# It installs what the tests need first: the toolchain's clippy and rustfmt, and Amazon
+# DynamoDB Local (scripts/emulators.sh, cached in .cache/). The suites then run inside a
+# private network namespace (`unshare -n`, loopback only) with the emulator started, so the
+# DynamoDB store meets the same contract suite as the SQLite store.
 # Set OPENWOP_REFERENCE_DIR to an OpenWOP reference folder (schemas/, fixtures/) to also
 # validate against the official schemas; without it those checks say they are skipped.
 set -euo pipefail
@@ -14,6 +16,14 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add clippy rustfmt >/dev/null 2>&1 || true
 fi
 
+bash scripts/emulators.sh install
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+cargo test --workspace --locked --no-run
+
+if ! unshare -n true 2>/dev/null; then
+    echo "test.sh: 'unshare -n' is not permitted here; the emulator suites need a private network namespace" >&2
+    exit 1
+fi
+unshare -n bash scripts/emulators.sh run -- cargo test --workspace --locked --offline

@@ -74,6 +74,10 @@ pub enum StoreError {
     /// Stored data could not be decoded; this is a bug or corruption, not retryable.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The write breaks a hard limit of the backend (item or transaction size); retrying
+    /// cannot succeed.
+    #[error("storage limit exceeded: {0}")]
+    LimitExceeded(String),
 }
 
 /// The error of a use case, as callers see it. Each variant has a stable code.
@@ -155,7 +159,7 @@ impl From<StoreError> for ServiceError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Conflict | StoreError::Unavailable(_) => Self::Unavailable,
-            StoreError::Corrupt(_) => Self::Internal,
+            StoreError::Corrupt(_) | StoreError::LimitExceeded(_) => Self::Internal,
         }
     }
 }

@@ -209,10 +209,16 @@ pub trait TaskQueue: Send + Sync {
     async fn next_visible_at(&self) -> Result<Option<Millis>, StoreError>;
 }
 
-/// Everything a backend provides.
-pub trait Backend: WorkflowStore + RunStore + TaskQueue {}
+/// Definitions and runs: what every durable store provides (the shared contract suite
+/// holds each implementation to it).
+pub trait Store: WorkflowStore + RunStore {}
 
-impl<T: WorkflowStore + RunStore + TaskQueue> Backend for T {}
+impl<T: WorkflowStore + RunStore> Store for T {}
+
+/// A store with its own task queue (the embedded backend).
+pub trait Backend: Store + TaskQueue {}
+
+impl<T: Store + TaskQueue> Backend for T {}
 
 /// The time.
 pub trait Clock: Send + Sync {

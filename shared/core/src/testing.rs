@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use crate::engine::{self, Effect, Input};
 use crate::model::Workflow;
 use crate::ports::{
-    Backend, CreateResult, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, StoredWorkflow,
+    CreateResult, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, Store, StoredWorkflow, TaskQueue,
     GLOBAL_NAMESPACE,
 };
 use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
@@ -70,19 +70,24 @@ fn record(key: &str, digest: &str, body: Value) -> IdempotencyRecord {
     }
 }
 
-/// Runs every contract check against a fresh backend from `make`.
-pub async fn store_contract<F: Fn() -> Arc<dyn Backend>>(make: F) {
-    create_then_load_round_trips(make()).await;
-    commit_is_guarded_by_version(make()).await;
-    concurrent_writers_one_wins(make()).await;
-    idempotent_create_writes_once(make()).await;
-    tasks_lease_release_and_ack(make()).await;
-    workflows_are_versioned_by_content(make()).await;
-    idempotency_claims_are_exclusive(make()).await;
-    runs_list_newest_first_with_filters(make()).await;
+/// Runs every store contract check against one empty store (the checks use disjoint ids,
+/// tenants and namespaces).
+pub async fn store_contract(store: Arc<dyn Store>) {
+    create_then_load_round_trips(store.clone()).await;
+    commit_is_guarded_by_version(store.clone()).await;
+    concurrent_writers_one_wins(store.clone()).await;
+    idempotent_create_writes_once(store.clone()).await;
+    workflows_are_versioned_by_content(store.clone()).await;
+    idempotency_claims_are_exclusive(store.clone()).await;
+    runs_list_newest_first_with_filters(store).await;
 }
 
-async fn idempotency_claims_are_exclusive(store: Arc<dyn Backend>) {
+/// Runs the task-queue contract against one empty queue.
+pub async fn queue_contract(queue: Arc<dyn TaskQueue>) {
+    tasks_lease_release_and_ack(queue).await;
+}
+
+async fn idempotency_claims_are_exclusive(store: Arc<dyn Store>) {
     let (t, e) = ("t1", "POST /v1/runs/r/cancel");
     assert_eq!(store.claim_idempotency(t, e, "k", "d1", 100, 1_100).await.unwrap(), IdempotencyClaim::Claimed);
     assert_eq!(
@@ -108,9 +113,9 @@ async fn idempotency_claims_are_exclusive(store: Arc<dyn Backend>) {
     assert_eq!(store.claim_idempotency("t2", e, "k", "d9", 100, 1_100).await.unwrap(), IdempotencyClaim::Claimed);
 }
 
-async fn runs_list_newest_first_with_filters(store: Arc<dyn Backend>) {
+async fn runs_list_newest_first_with_filters(store: Arc<dyn Store>) {
     let workflow = chain_workflow();
-    for (index, tenant) in ["t1", "t1", "t2", "t1"].into_iter().enumerate() {
+    for (index, tenant) in ["list-1", "list-1", "list-2", "list-1"].into_iter().enumerate() {
         let mut run = pending_run(&workflow, &format!("run-l{index}"), tenant);
         run.created_at = 10 + index as u64;
         if index == 1 {
@@ -120,18 +125,18 @@ async fn runs_list_newest_first_with_filters(store: Arc<dyn Backend>) {
     }
     let ids = |runs: Vec<RunState>| runs.into_iter().map(|run| run.run_id).collect::<Vec<_>>();
     let all = RunFilter::default();
-    assert_eq!(ids(store.list_runs("t1", &all, None, 10).await.unwrap()), ["run-l3", "run-l1", "run-l0"]);
-    let page = store.list_runs("t1", &all, None, 2).await.unwrap();
+    assert_eq!(ids(store.list_runs("list-1", &all, None, 10).await.unwrap()), ["run-l3", "run-l1", "run-l0"]);
+    let page = store.list_runs("list-1", &all, None, 2).await.unwrap();
     let last = page.last().unwrap();
     let after = RunPosition { created_at: last.created_at, run_id: last.run_id.clone() };
-    assert_eq!(ids(store.list_runs("t1", &all, Some(&after), 2).await.unwrap()), ["run-l0"]);
+    assert_eq!(ids(store.list_runs("list-1", &all, Some(&after), 2).await.unwrap()), ["run-l0"]);
     let completed = RunFilter { status: Some(RunStatus::Completed), ..RunFilter::default() };
-    assert_eq!(ids(store.list_runs("t1", &completed, None, 10).await.unwrap()), ["run-l1"]);
+    assert_eq!(ids(store.list_runs("list-1", &completed, None, 10).await.unwrap()), ["run-l1"]);
     let other = RunFilter { workflow_id: Some("other".into()), ..RunFilter::default() };
-    assert!(store.list_runs("t1", &other, None, 10).await.unwrap().is_empty());
+    assert!(store.list_runs("list-1", &other, None, 10).await.unwrap().is_empty());
 }
 
-async fn started(store: &Arc<dyn Backend>, run_id: &str) -> (Workflow, RunState) {
+async fn started(store: &Arc<dyn Store>, run_id: &str) -> (Workflow, RunState) {
     let workflow = chain_workflow();
     let mut run = pending_run(&workflow, run_id, "t1");
     let outcome = engine::apply(&workflow, &mut run, Input::Start, 1_000);
@@ -141,7 +146,7 @@ async fn started(store: &Arc<dyn Backend>, run_id: &str) -> (Workflow, RunState)
     (workflow, run)
 }
 
-async fn create_then_load_round_trips(store: Arc<dyn Backend>) {
+async fn create_then_load_round_trips(store: Arc<dyn Store>) {
     let (_, run) = started(&store, "run-a").await;
     assert_eq!(store.load_run("run-a").await.unwrap(), Some(run));
     assert_eq!(store.load_run("run-missing").await.unwrap(), None);
@@ -151,7 +156,7 @@ async fn create_then_load_round_trips(store: Arc<dyn Backend>) {
     assert!(store.events_after("run-a", Some(0), 100).await.unwrap().is_empty());
 }
 
-async fn commit_is_guarded_by_version(store: Arc<dyn Backend>) {
+async fn commit_is_guarded_by_version(store: Arc<dyn Store>) {
     let (workflow, mut run) = started(&store, "run-b").await;
     let outcome = engine::apply(&workflow, &mut run, Input::Step { node_id: "a".into(), activation: 1 }, 1_001);
     run.version = 2;
@@ -165,7 +170,7 @@ async fn commit_is_guarded_by_version(store: Arc<dyn Backend>) {
     assert_eq!(limited[0].sequence, 1);
 }
 
-async fn concurrent_writers_one_wins(store: Arc<dyn Backend>) {
+async fn concurrent_writers_one_wins(store: Arc<dyn Store>) {
     let (workflow, run) = started(&store, "run-c").await;
     let mut attempts = Vec::new();
     for writer in 0..8u64 {
@@ -188,7 +193,7 @@ async fn concurrent_writers_one_wins(store: Arc<dyn Backend>) {
     assert_eq!(store.load_run("run-c").await.unwrap().unwrap().version, 2);
 }
 
-async fn idempotent_create_writes_once(store: Arc<dyn Backend>) {
+async fn idempotent_create_writes_once(store: Arc<dyn Store>) {
     let workflow = chain_workflow();
     let first = pending_run(&workflow, "run-i1", "t1");
     let second = pending_run(&workflow, "run-i2", "t1");
@@ -206,7 +211,7 @@ async fn idempotent_create_writes_once(store: Arc<dyn Backend>) {
     assert!(store.find_idempotency("t2", "POST /v1/runs", "k").await.unwrap().is_none(), "records are per tenant");
 }
 
-async fn tasks_lease_release_and_ack(store: Arc<dyn Backend>) {
+async fn tasks_lease_release_and_ack(store: Arc<dyn TaskQueue>) {
     let effects = [
         Effect::Step { node_id: "a".into(), activation: 1, due_at: 100 },
         Effect::Wake { node_id: "d".into(), activation: 1, due_at: 500 },
@@ -228,7 +233,7 @@ async fn tasks_lease_release_and_ack(store: Arc<dyn Backend>) {
     assert_eq!(store.claim_due(5_000, 1_000, 10).await.unwrap().len(), 1);
 }
 
-async fn workflows_are_versioned_by_content(store: Arc<dyn Backend>) {
+async fn workflows_are_versioned_by_content(store: Arc<dyn Store>) {
     let v1 = json!({"id": "wf", "name": "one", "nodes": [{"id": "a", "typeId": "core.noop"}]});
     let v2 = json!({"id": "wf", "name": "two", "nodes": [{"id": "a", "typeId": "core.noop"}]});
     let stored = |document: &Value| StoredWorkflow {

@@ -1,26 +1,22 @@
-//! The shared store contract, against an in-memory database and a file in WAL mode.
+//! The shared store and queue contracts, against an in-memory database and a file in WAL mode.
 
 use std::sync::Arc;
 
-use trellis_core::ports::Backend;
-use trellis_core::testing::store_contract;
+use trellis_core::testing::{queue_contract, store_contract};
 
 use crate::SqliteStore;
 
 #[tokio::test]
-async fn in_memory_store_meets_the_contract() {
-    store_contract(|| Arc::new(SqliteStore::open_in_memory().unwrap()) as Arc<dyn Backend>).await;
+async fn in_memory_store_meets_the_contracts() {
+    store_contract(Arc::new(SqliteStore::open_in_memory().unwrap())).await;
+    queue_contract(Arc::new(SqliteStore::open_in_memory().unwrap())).await;
 }
 
 #[tokio::test]
-async fn file_store_meets_the_contract() {
+async fn file_store_meets_the_contracts() {
     let dir = tempfile::tempdir().unwrap();
-    let counter = std::sync::atomic::AtomicUsize::new(0);
-    store_contract(|| {
-        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Arc::new(SqliteStore::open(&dir.path().join(format!("db-{n}.sqlite"))).unwrap()) as Arc<dyn Backend>
-    })
-    .await;
+    store_contract(Arc::new(SqliteStore::open(&dir.path().join("store.db")).unwrap())).await;
+    queue_contract(Arc::new(SqliteStore::open(&dir.path().join("queue.db")).unwrap())).await;
 }
 
 #[test]

@@ -1,0 +1,30 @@
+//! SDK errors mapped onto `StoreError`: throttling, timeouts and dispatch failures are
+//! retryable (`Unavailable`); a failed condition is reported to the caller as what it means.
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use trellis_core::StoreError;
+
+/// Any SDK failure that is not a condition the caller handles.
+pub(crate) fn unavailable<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
+    error: SdkError<E, R>,
+) -> StoreError {
+    let detail = match &error {
+        SdkError::ServiceError(service) => {
+            let inner = service.err();
+            format!("{}: {}", inner.code().unwrap_or("unknown"), inner.message().unwrap_or(""))
+        }
+        other => format!("{other:?}"),
+    };
+    StoreError::Unavailable(detail)
+}
+
+/// Whether the error is DynamoDB refusing a write that breaks its size limits.
+pub(crate) fn is_size_limit<E: ProvideErrorMetadata, R>(error: &SdkError<E, R>) -> bool {
+    match error {
+        SdkError::ServiceError(service) => {
+            service.err().code() == Some("ValidationException")
+                && service.err().message().is_some_and(|m| m.contains("size") || m.contains("length"))
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,74 @@
+//! Partition and sort keys of every item kind (see the crate docs).
+
+use sha2::{Digest, Sha256};
+
+/// Partition key attribute.
+pub(crate) const PK: &str = "pk";
+/// Sort key attribute.
+pub(crate) const SK: &str = "sk";
+/// The run-listing index.
+pub(crate) const RUNS_BY_TENANT: &str = "runs_by_tenant";
+
+pub(crate) fn run_pk(run_id: &str) -> String {
+    format!("RUN#{run_id}")
+}
+
+pub(crate) const STATE_SK: &str = "STATE";
+
+pub(crate) fn event_sk(sequence: u64) -> String {
+    format!("EVT#{sequence:020}")
+}
+
+/// The sort key just past every event.
+pub(crate) const EVENTS_END: &str = "EVT#~";
+
+pub(crate) fn outbox_sk(task_id: &str) -> String {
+    format!("OUT#{task_id}")
+}
+
+pub(crate) fn idempotency_pk(tenant: &str, endpoint: &str, key: &str) -> String {
+    let digest = Sha256::digest(format!("{endpoint}:{key}").as_bytes());
+    format!("IDEM#{tenant}#{}", hex::encode(digest))
+}
+
+pub(crate) const IDEMPOTENCY_SK: &str = "IDEM";
+
+pub(crate) fn workflow_pk(namespace: &str, workflow_id: &str) -> String {
+    format!("WF#{namespace}#{workflow_id}")
+}
+
+pub(crate) fn workflow_prefix(namespace: &str) -> String {
+    format!("WF#{namespace}#")
+}
+
+pub(crate) fn workflow_sk(content_hash: &str) -> String {
+    format!("H#{content_hash}")
+}
+
+pub(crate) fn tenant_gsi_pk(tenant: &str) -> String {
+    format!("TENANT#{tenant}")
+}
+
+pub(crate) fn tenant_gsi_sk(created_at: u64, run_id: &str) -> String {
+    format!("{created_at:020}#{run_id}")
+}
+
+/// The `ClientRequestToken` of a commit: the same for a retry of the same commit.
+pub(crate) fn commit_token(run_id: &str, expected_version: u64) -> String {
+    let digest = Sha256::digest(format!("{run_id}:{expected_version}").as_bytes());
+    hex::encode(digest)[..36].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_keys_sort_by_sequence() {
+        assert!(event_sk(9) < event_sk(10));
+        assert!(event_sk(u64::MAX).as_str() < EVENTS_END);
+        assert_eq!(commit_token("r", 1), commit_token("r", 1));
+        assert_ne!(commit_token("r", 1), commit_token("r", 2));
+        assert_eq!(commit_token("r", 1).len(), 36);
+    }
+}
