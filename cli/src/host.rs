@@ -10,9 +10,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use trellis_core::limits::HostLimits;
+use trellis_core::ports::IdGenerator;
 use trellis_core::ports::GLOBAL_NAMESPACE;
-use trellis_core::ports::{Backend, IdGenerator};
-use trellis_core::service::Services;
+use trellis_core::service::{Ports, Services};
 use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_sqlite::SqliteStore;
 use trellis_worker::{run_loop, CrashPoint, LocalNotifier, SystemClock, WorkerOptions};
@@ -80,7 +80,7 @@ pub struct EmbeddedHost {
 impl EmbeddedHost {
     /// Opens the store, loads definitions, binds and starts serving.
     pub async fn start(args: &ServeArgs, options: HostOptions) -> Result<Self, StartError> {
-        let store: Arc<dyn Backend> = if args.memory {
+        let store: Arc<SqliteStore> = if args.memory {
             Arc::new(SqliteStore::open_in_memory()?)
         } else {
             std::fs::create_dir_all(&args.data_dir)
@@ -93,8 +93,14 @@ impl EmbeddedHost {
             ..HostLimits::default()
         };
         let notifier = Arc::new(LocalNotifier::default());
-        let services =
-            Arc::new(Services::new(store, Arc::new(SystemClock), Arc::new(UuidRunIds), notifier.clone(), limits));
+        let ports = Ports {
+            store: store.clone(),
+            effects: store.clone(),
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(UuidRunIds),
+            notifier: notifier.clone(),
+        };
+        let services = Arc::new(Services::new(ports, limits));
 
         let fixtures = load_definitions(&services, args).await?;
         let (keys, dev_key) = collect_keys(args, &options)?;
@@ -112,7 +118,7 @@ impl EmbeddedHost {
         let (shutdown, stop) = watch::channel(false);
 
         let worker_options = WorkerOptions { crash: options.crash, ..WorkerOptions::default() };
-        let worker = tokio::spawn(run_loop(services, notifier, worker_options, stop.clone()));
+        let worker = tokio::spawn(run_loop(services, store, notifier, worker_options, stop.clone()));
         let app = router(state);
         let mut stop_server = stop;
         let server = tokio::spawn(async move {

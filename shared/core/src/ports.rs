@@ -194,11 +194,19 @@ pub struct Task {
     pub deliveries: u32,
 }
 
-/// The task queue (embedded: the task table, which is also the outbox).
+/// Sends the effects of a commit to where they are executed. Embedded, that is the local task
+/// table (the commit already wrote them there; sending again is a no-op); on AWS, the step
+/// queue (the commit wrote them to the outbox; sending also clears them from it). Sending the
+/// same effect twice is harmless: tasks have deterministic ids and handlers check state first.
 #[async_trait]
-pub trait TaskQueue: Send + Sync {
-    /// Enqueues effects of `run_id`; a task whose id is already queued is left alone.
-    async fn enqueue(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError>;
+pub trait EffectSink: Send + Sync {
+    /// Sends `effects` of `run_id`.
+    async fn send(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError>;
+}
+
+/// The embedded task queue: the task table, which is also the outbox.
+#[async_trait]
+pub trait LocalQueue: EffectSink {
     /// Leases up to `max` tasks due at `now` for `lease_ms`.
     async fn claim_due(&self, now: Millis, lease_ms: u64, max: usize) -> Result<Vec<Task>, StoreError>;
     /// Removes a finished task.
@@ -214,11 +222,6 @@ pub trait TaskQueue: Send + Sync {
 pub trait Store: WorkflowStore + RunStore {}
 
 impl<T: WorkflowStore + RunStore> Store for T {}
-
-/// A store with its own task queue (the embedded backend).
-pub trait Backend: Store + TaskQueue {}
-
-impl<T: Store + TaskQueue> Backend for T {}
 
 /// The time.
 pub trait Clock: Send + Sync {

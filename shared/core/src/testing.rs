@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use crate::engine::{self, Effect, Input};
 use crate::model::Workflow;
 use crate::ports::{
-    CreateResult, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, Store, StoredWorkflow, TaskQueue,
+    CreateResult, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition, Store, StoredWorkflow,
     GLOBAL_NAMESPACE,
 };
 use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
@@ -83,7 +83,7 @@ pub async fn store_contract(store: Arc<dyn Store>) {
 }
 
 /// Runs the task-queue contract against one empty queue.
-pub async fn queue_contract(queue: Arc<dyn TaskQueue>) {
+pub async fn queue_contract(queue: Arc<dyn LocalQueue>) {
     tasks_lease_release_and_ack(queue).await;
 }
 
@@ -211,13 +211,13 @@ async fn idempotent_create_writes_once(store: Arc<dyn Store>) {
     assert!(store.find_idempotency("t2", "POST /v1/runs", "k").await.unwrap().is_none(), "records are per tenant");
 }
 
-async fn tasks_lease_release_and_ack(store: Arc<dyn TaskQueue>) {
+async fn tasks_lease_release_and_ack(store: Arc<dyn LocalQueue>) {
     let effects = [
         Effect::Step { node_id: "a".into(), activation: 1, due_at: 100 },
         Effect::Wake { node_id: "d".into(), activation: 1, due_at: 500 },
     ];
-    store.enqueue("run-t", &effects).await.unwrap();
-    store.enqueue("run-t", &effects).await.unwrap();
+    store.send("run-t", &effects).await.unwrap();
+    store.send("run-t", &effects).await.unwrap();
     assert_eq!(store.next_visible_at().await.unwrap(), Some(100));
     let claimed = store.claim_due(200, 1_000, 10).await.unwrap();
     assert_eq!(claimed.len(), 1, "re-enqueued ids are not duplicated; the timer is not due");

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 use trellis_core::limits::HostLimits;
 use trellis_core::ports::{Clock, IdGenerator, Notifier, GLOBAL_NAMESPACE};
-use trellis_core::service::Services;
+use trellis_core::service::{Ports, Services};
 use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_sqlite::SqliteStore;
 
@@ -59,13 +59,14 @@ fn key(label: &str, secret: &str, tenant: &str, scopes: &[&str]) -> ApiKey {
 
 async fn harness() -> Harness {
     let store = Arc::new(SqliteStore::open_in_memory().unwrap());
-    let services = Arc::new(Services::new(
-        store.clone(),
-        Arc::new(FixedClock),
-        Arc::new(CountingIds::default()),
-        Arc::new(NoWait),
-        HostLimits::default(),
-    ));
+    let ports = Ports {
+        store: store.clone(),
+        effects: store.clone(),
+        clock: Arc::new(FixedClock),
+        ids: Arc::new(CountingIds::default()),
+        notifier: Arc::new(NoWait),
+    };
+    let services = Arc::new(Services::new(ports, HostLimits::default()));
     let definitions = [
         json!({"id": "chain", "name": "Chain", "version": "1",
                "nodes": [{"id": "a", "typeId": "core.noop"}, {"id": "b", "typeId": "core.noop"}],

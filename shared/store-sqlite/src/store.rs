@@ -8,8 +8,8 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
 use serde_json::Value;
 use trellis_core::engine::Effect;
 use trellis_core::ports::{
-    CreateResult, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore, StoredWorkflow, Task,
-    TaskQueue, WorkflowStore,
+    CreateResult, EffectSink, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition, RunStore,
+    StoredWorkflow, Task, WorkflowStore,
 };
 use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
@@ -475,11 +475,14 @@ impl RunStore for SqliteStore {
 }
 
 #[async_trait]
-impl TaskQueue for SqliteStore {
-    async fn enqueue(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
+impl EffectSink for SqliteStore {
+    async fn send(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
         insert_tasks(&self.lock(), run_id, effects)
     }
+}
 
+#[async_trait]
+impl LocalQueue for SqliteStore {
     async fn claim_due(&self, now: Millis, lease_ms: u64, max: usize) -> Result<Vec<Task>, StoreError> {
         let connection = self.lock();
         let mut claim = connection

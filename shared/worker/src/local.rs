@@ -7,12 +7,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use tokio::sync::{watch, Notify};
 use tracing::{error, warn};
-use trellis_core::ports::{Clock, Notifier};
+use trellis_core::ports::{Clock, LocalQueue, Notifier};
 use trellis_core::service::Services;
 use trellis_core::timefmt::Millis;
 
 use crate::crash::CrashPoint;
-use crate::step::process_task;
+use crate::step::{process_task, TaskResult};
 
 /// The wall clock.
 #[derive(Debug, Default, Clone, Copy)]
@@ -74,9 +74,10 @@ impl Default for WorkerOptions {
     }
 }
 
-/// Claims and processes due tasks until `shutdown` turns true.
+/// Claims and processes due tasks of `queue` until `shutdown` turns true.
 pub async fn run_loop(
     services: Arc<Services>,
+    queue: Arc<dyn LocalQueue>,
     notifier: Arc<LocalNotifier>,
     options: WorkerOptions,
     mut shutdown: watch::Receiver<bool>,
@@ -84,7 +85,7 @@ pub async fn run_loop(
     let mut backoff = Duration::from_millis(50);
     while !*shutdown.borrow() {
         let now = services.clock.now();
-        let tasks = match services.store.claim_due(now, options.lease_ms, options.batch).await {
+        let tasks = match queue.claim_due(now, options.lease_ms, options.batch).await {
             Ok(tasks) => tasks,
             Err(err) => {
                 error!(error = %err, "claiming tasks failed; backing off");
@@ -95,16 +96,23 @@ pub async fn run_loop(
         };
         backoff = Duration::from_millis(50);
         for task in &tasks {
-            if let Err(err) = process_task(&services, task, options.crash).await {
-                warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed; it will be redelivered");
-                let retry = services.clock.now() + 1_000 * u64::from(task.deliveries.min(30));
-                let _ = services.store.release(&task.id, retry).await;
+            let settled = match process_task(&services, task, options.crash).await {
+                Ok(TaskResult::Deferred(visible_at)) => queue.release(&task.id, visible_at).await,
+                Ok(_) => queue.ack(&task.id).await,
+                Err(err) => {
+                    warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed; it will be redelivered");
+                    let retry = services.clock.now() + 1_000 * u64::from(task.deliveries.min(30));
+                    queue.release(&task.id, retry).await
+                }
+            };
+            if let Err(err) = settled {
+                warn!(task = %task.id, error = %err, "settling a task failed; its lease will expire");
             }
         }
         if !tasks.is_empty() {
             continue;
         }
-        let next = services.store.next_visible_at().await.ok().flatten();
+        let next = queue.next_visible_at().await.ok().flatten();
         let sleep = next
             .map(|due| Duration::from_millis(due.saturating_sub(services.clock.now())))
             .unwrap_or(options.idle_poll)

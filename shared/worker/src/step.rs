@@ -1,24 +1,26 @@
-//! One task, start to finish.
+//! One task, start to finish: decide, commit, send. Acknowledging the delivery is the
+//! caller's (the local queue, or the SQS event-source mapping).
 
 use tracing::{debug, warn};
 use trellis_core::engine::{outstanding_effects, Effect, Verdict};
 use trellis_core::ports::Task;
 use trellis_core::service::Services;
+use trellis_core::timefmt::Millis;
 use trellis_core::{ServiceError, StoreError};
 
 use crate::crash::{maybe_crash, CrashPoint};
 
-/// How a task ended.
+/// How a task ended, and so what to do with its delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskResult {
-    /// Applied and acknowledged.
+    /// Applied: acknowledge.
     Applied,
-    /// Nothing to do (late, duplicate, or the run is gone); acknowledged.
+    /// Nothing to do (late, duplicate, or the run is gone): acknowledge.
     Ignored,
-    /// Redelivered after its node moved on; outstanding effects re-issued; acknowledged.
+    /// Redelivered after its node moved on; outstanding effects re-sent: acknowledge.
     Repaired,
-    /// Not due yet; returned to the queue.
-    Deferred,
+    /// Not due yet: deliver it again at this time.
+    Deferred(Millis),
 }
 
 /// How many times to re-decide after losing a version race before leaving the task for
@@ -27,7 +29,7 @@ const MAX_RACES: usize = 16;
 /// When a deferred step (paused run) is looked at again.
 const DEFER_MS: u64 = 1_000;
 
-/// Processes one task at least once: decide, commit, send, acknowledge.
+/// Processes one task (at least once): decide, commit, send the effects.
 pub async fn process_task(
     services: &Services,
     task: &Task,
@@ -37,20 +39,15 @@ pub async fn process_task(
     for _ in 0..MAX_RACES {
         let Some(decision) = services.decide(&task.run_id, input.clone()).await? else {
             warn!(run_id = %task.run_id, task = %task.id, "task for an unknown run; dropping it");
-            services.store.ack(&task.id).await?;
             return Ok(TaskResult::Ignored);
         };
         match decision.outcome.verdict {
             Verdict::Applied => {
                 maybe_crash(crash, CrashPoint::BeforeCommit);
+                let outcome = &decision.outcome;
                 let committed = services
                     .store
-                    .commit(
-                        &decision.run,
-                        decision.expected_version,
-                        &decision.outcome.events,
-                        &decision.outcome.effects,
-                    )
+                    .commit(&decision.run, decision.expected_version, &outcome.events, &outcome.effects)
                     .await;
                 match committed {
                     Ok(()) => {}
@@ -58,23 +55,18 @@ pub async fn process_task(
                     Err(error) => return Err(error.into()),
                 }
                 maybe_crash(crash, CrashPoint::AfterCommit);
-                // Embedded, the effects are task rows of the commit itself; sending them is
-                // waking the local loop (and any event waiters).
-                services.notifier.committed(&task.run_id);
+                services.send_effects(&task.run_id, &outcome.effects).await;
                 maybe_crash(crash, CrashPoint::AfterEffects);
-                services.store.ack(&task.id).await?;
-                debug!(run_id = %task.run_id, task = %task.id, events = decision.outcome.events.len(), "task applied");
+                debug!(run_id = %task.run_id, task = %task.id, events = outcome.events.len(), "task applied");
                 return Ok(TaskResult::Applied);
             }
             Verdict::Stale => {
-                services.store.enqueue(&task.run_id, &outstanding_effects(&decision.run)).await?;
+                services.effects.send(&task.run_id, &outstanding_effects(&decision.run)).await?;
                 services.notifier.committed(&task.run_id);
-                services.store.ack(&task.id).await?;
                 return Ok(TaskResult::Repaired);
             }
             Verdict::Ignored(reason) => {
                 debug!(run_id = %task.run_id, task = %task.id, reason, "task ignored");
-                services.store.ack(&task.id).await?;
                 return Ok(TaskResult::Ignored);
             }
             Verdict::Later => {
@@ -85,8 +77,7 @@ pub async fn process_task(
                     Effect::Deadline { .. } => run.started_at.map(|at| at.saturating_add(run.limits.run_duration_ms)),
                     Effect::Step { .. } => None,
                 };
-                services.store.release(&task.id, retry_at.unwrap_or(now + DEFER_MS).max(now)).await?;
-                return Ok(TaskResult::Deferred);
+                return Ok(TaskResult::Deferred(retry_at.unwrap_or(now + DEFER_MS).max(now)));
             }
         }
     }

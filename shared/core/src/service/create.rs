@@ -120,7 +120,7 @@ impl Services {
         });
         match self.store.create_run(&run, &outcome.events, &outcome.effects, record.as_ref()).await? {
             CreateResult::Created => {
-                self.notifier.committed(&run.run_id);
+                self.send_effects(&run.run_id, &outcome.effects).await;
                 Ok(CreateOutcome::Created(Box::new(run)))
             }
             CreateResult::Existing(existing) => {

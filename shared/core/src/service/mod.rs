@@ -13,7 +13,7 @@ use crate::error::{ServiceError, StoreError};
 use crate::event::RunEvent;
 use crate::limits::HostLimits;
 use crate::model::Workflow;
-use crate::ports::{Backend, Clock, IdGenerator, Notifier, RunFilter, RunPosition};
+use crate::ports::{Clock, EffectSink, IdGenerator, Notifier, RunFilter, RunPosition, Store};
 use crate::run::RunState;
 
 pub use create::{CreateOutcome, IdempotencyKey};
@@ -25,8 +25,10 @@ const MAX_CONFLICT_RETRIES: usize = 16;
 
 /// The ports and settings the use cases run on.
 pub struct Services {
-    /// The backend.
-    pub store: Arc<dyn Backend>,
+    /// Definitions and runs.
+    pub store: Arc<dyn Store>,
+    /// Where the effects of a commit are sent.
+    pub effects: Arc<dyn EffectSink>,
     /// The clock.
     pub clock: Arc<dyn Clock>,
     /// Id generation.
@@ -36,6 +38,20 @@ pub struct Services {
     /// Host limits.
     pub limits: HostLimits,
     compiled: Mutex<HashMap<String, Arc<Workflow>>>,
+}
+
+/// The adapters a [`Services`] is built from.
+pub struct Ports {
+    /// Definitions and runs.
+    pub store: Arc<dyn Store>,
+    /// Where the effects of a commit are sent.
+    pub effects: Arc<dyn EffectSink>,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Id generation.
+    pub ids: Arc<dyn IdGenerator>,
+    /// Commit notifications.
+    pub notifier: Arc<dyn Notifier>,
 }
 
 /// An engine decision about a stored run, ready to commit.
@@ -51,14 +67,9 @@ pub struct Decision {
 
 impl Services {
     /// Wires the use cases to their ports.
-    pub fn new(
-        store: Arc<dyn Backend>,
-        clock: Arc<dyn Clock>,
-        ids: Arc<dyn IdGenerator>,
-        notifier: Arc<dyn Notifier>,
-        limits: HostLimits,
-    ) -> Self {
-        Self { store, clock, ids, notifier, limits, compiled: Mutex::new(HashMap::new()) }
+    pub fn new(ports: Ports, limits: HostLimits) -> Self {
+        let Ports { store, effects, clock, ids, notifier } = ports;
+        Self { store, effects, clock, ids, notifier, limits, compiled: Mutex::new(HashMap::new()) }
     }
 
     /// The run `run_id` if it belongs to `tenant` (another tenant's run reads as not found).
@@ -137,14 +148,25 @@ impl Services {
         Ok(Some(Decision { run, expected_version, outcome }))
     }
 
-    /// Commits an applied decision (state, events and effects atomically) and notifies
-    /// waiters.
+    /// Commits an applied decision (state, events and effects atomically), then sends the
+    /// effects and notifies waiters.
     pub async fn commit(&self, decision: &Decision) -> Result<(), StoreError> {
         self.store
             .commit(&decision.run, decision.expected_version, &decision.outcome.events, &decision.outcome.effects)
             .await?;
-        self.notifier.committed(&decision.run.run_id);
+        self.send_effects(&decision.run.run_id, &decision.outcome.effects).await;
         Ok(())
+    }
+
+    /// Sends committed effects and notifies waiters. A failed send loses nothing: the effects
+    /// are in the store's outbox, where redelivery or the reconciler finds them.
+    pub async fn send_effects(&self, run_id: &str, effects: &[crate::engine::Effect]) {
+        if !effects.is_empty() {
+            if let Err(error) = self.effects.send(run_id, effects).await {
+                tracing::warn!(run_id, %error, "sending effects failed; redelivery or the reconciler will send them");
+            }
+        }
+        self.notifier.committed(run_id);
     }
 
     /// The compiled workflow a run is pinned to.
