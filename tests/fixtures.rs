@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{assert_log_well_formed, serve_args, start, types, Client, Reference, KEY};
 use serde_json::{json, Value};
-use trellis::bundled;
+use trellis_core::bundled;
 
 const SPEC_DEADLINE: Duration = Duration::from_secs(5);
 

@@ -11,14 +11,12 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use trellis_core::limits::HostLimits;
 use trellis_core::ports::IdGenerator;
-use trellis_core::ports::GLOBAL_NAMESPACE;
 use trellis_core::service::{Ports, Services};
 use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_sqlite::SqliteStore;
 use trellis_worker::{run_loop, CrashPoint, LocalNotifier, SystemClock, WorkerOptions};
 
 use crate::args::ServeArgs;
-use crate::bundled;
 use crate::keys;
 
 /// Why the host could not start.
@@ -149,11 +147,7 @@ impl EmbeddedHost {
 /// Loads the bundled fixtures, `OPENWOP_FIXTURES_DIR` and every `--workflows` directory;
 /// returns the fixture ids to advertise (table entries that are loaded and runnable).
 async fn load_definitions(services: &Services, args: &ServeArgs) -> Result<Vec<String>, StartError> {
-    for (name, text) in bundled::FIXTURES {
-        let document = serde_json::from_str(text).expect("vendored fixtures are JSON");
-        services.put_workflow(GLOBAL_NAMESPACE, document).await.map_err(StartError::Workflows)?;
-        tracing::debug!(file = name, "bundled fixture loaded");
-    }
+    services.load_bundled_fixtures().await.map_err(StartError::Workflows)?;
     let dirs: Vec<&PathBuf> = args.fixtures_dir.iter().chain(args.workflows.iter()).collect();
     for dir in dirs {
         let report = services.load_directory(dir).await.map_err(StartError::Workflows)?;
@@ -165,15 +159,7 @@ async fn load_definitions(services: &Services, args: &ServeArgs) -> Result<Vec<S
             warn!(%file, %reason, "workflow definition refused");
         }
     }
-    let mut advertised = Vec::new();
-    for id in bundled::expected_fixture_ids() {
-        if let Ok((_, workflow)) = services.find_workflow(GLOBAL_NAMESPACE, &id).await {
-            if workflow.gap.is_none() {
-                advertised.push(id);
-            }
-        }
-    }
-    Ok(advertised)
+    Ok(services.advertised_fixtures().await)
 }
 
 fn collect_keys(args: &ServeArgs, options: &HostOptions) -> Result<(Vec<ApiKey>, Option<String>), StartError> {

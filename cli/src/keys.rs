@@ -5,7 +5,6 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
-use serde::Deserialize;
 use trellis_http::ApiKey;
 
 /// The tenant of keys that do not name one.
@@ -42,40 +41,11 @@ pub enum KeyError {
     },
 }
 
-/// One entry of a keys file: `{"label", "sha256", "tenant", "scopes"}`; `sha256` is the hex
-/// SHA-256 of the key (`trellis hash-key` prints it).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KeyEntry {
-    label: String,
-    sha256: String,
-    tenant: String,
-    scopes: Vec<String>,
-}
-
-/// Reads a keys file.
+/// Reads a keys file (a JSON array of `{"label", "sha256", "tenant", "scopes"}`).
 pub fn load_keys_file(path: &Path) -> Result<Vec<ApiKey>, KeyError> {
     let shown = path.display().to_string();
     let text = fs::read_to_string(path).map_err(|source| KeyError::Read { path: shown.clone(), source })?;
-    let entries: Vec<KeyEntry> = serde_json::from_str(&text)
-        .map_err(|error| KeyError::Invalid { path: shown.clone(), message: error.to_string() })?;
-    entries
-        .into_iter()
-        .map(|entry| {
-            let bytes = hex::decode(entry.sha256.trim()).ok().filter(|bytes| bytes.len() == 32);
-            let hash: [u8; 32] = bytes.and_then(|b| b.try_into().ok()).ok_or_else(|| KeyError::Invalid {
-                path: shown.clone(),
-                message: format!("key `{}`: sha256 must be 64 hex characters", entry.label),
-            })?;
-            if entry.tenant.is_empty() {
-                return Err(KeyError::Invalid {
-                    path: shown.clone(),
-                    message: format!("key `{}` has no tenant", entry.label),
-                });
-            }
-            Ok(ApiKey { label: entry.label, hash, tenant: entry.tenant, scopes: entry.scopes })
-        })
-        .collect()
+    ApiKey::parse_list(&text).map_err(|error| KeyError::Invalid { path: shown, message: error.0 })
 }
 
 /// A key with every scope for the default tenant.

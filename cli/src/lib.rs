@@ -5,6 +5,5 @@
 //! be started from tests; `main.rs` only parses arguments and calls it.
 
 pub mod args;
-pub mod bundled;
 pub mod host;
 pub mod keys;

@@ -16,6 +16,7 @@
 //!
 //! Nothing in this crate knows whether it runs embedded (SQLite) or on AWS.
 
+pub mod bundled;
 pub mod engine;
 pub mod error;
 pub mod event;

@@ -69,6 +69,43 @@ impl ApiKey {
     }
 }
 
+/// Why a list of key entries was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct KeyListError(pub String);
+
+/// One entry of a key list: `{"label", "sha256", "tenant", "scopes"}`, `sha256` being the
+/// hex SHA-256 of the key.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyEntry {
+    label: String,
+    sha256: String,
+    tenant: String,
+    scopes: Vec<String>,
+}
+
+impl ApiKey {
+    /// Parses a JSON array of key entries (the keys file of `trellis serve`, or the
+    /// `TRELLIS_API_KEYS` setting of the serverless API).
+    pub fn parse_list(text: &str) -> Result<Vec<ApiKey>, KeyListError> {
+        let entries: Vec<KeyEntry> = serde_json::from_str(text).map_err(|error| KeyListError(error.to_string()))?;
+        entries
+            .into_iter()
+            .map(|entry| {
+                let bytes = hex::decode(entry.sha256.trim()).ok().filter(|bytes| bytes.len() == 32);
+                let hash: [u8; 32] = bytes
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(|| KeyListError(format!("key `{}`: sha256 must be 64 hex characters", entry.label)))?;
+                if entry.tenant.is_empty() {
+                    return Err(KeyListError(format!("key `{}` has no tenant", entry.label)));
+                }
+                Ok(ApiKey { label: entry.label, hash, tenant: entry.tenant, scopes: entry.scopes })
+            })
+            .collect()
+    }
+}
+
 /// Every accepted key.
 #[derive(Debug, Clone, Default)]
 pub struct KeyRing {

@@ -91,11 +91,17 @@ pub(crate) fn decode_event(item: &Item) -> Result<RunEvent, StoreError> {
     })
 }
 
-pub(crate) fn outbox_item(run_id: &str, effect: &Effect) -> Result<Item, StoreError> {
+pub(crate) fn outbox_item(run_id: &str, effect: &Effect, written_at: u64) -> Result<Item, StoreError> {
     let mut item = keyed(run_pk(run_id), outbox_sk(&effect.task_id(run_id)));
+    item.insert("run_id".into(), s(run_id));
     item.insert("effect".into(), s(json(effect)?));
     item.insert("due_at".into(), n(effect.due_at()));
+    item.insert("written_at".into(), n(written_at));
     Ok(item)
+}
+
+pub(crate) fn decode_outbox(item: &Item) -> Result<(String, Effect), StoreError> {
+    Ok((get_s(item, "run_id")?.to_owned(), parse(get_s(item, "effect")?)?))
 }
 
 /// The key of the idempotency record of `(tenant, endpoint, key)`.

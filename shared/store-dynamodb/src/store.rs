@@ -35,6 +35,10 @@ enum TransactOutcome {
     ConditionFailed(usize),
 }
 
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 fn jitter(attempt: u32) -> Duration {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let base = 20u64 << attempt.min(6);
@@ -117,6 +121,45 @@ impl DynamoStore {
             tokio::time::sleep(jitter(attempt)).await;
         }
         Err(last)
+    }
+
+    /// Outbox entries written before `written_before` (ms) and not yet sent: what a crash
+    /// between commit and send left behind. Returns `(run id, effect)` pairs.
+    pub async fn unsent_outbox(&self, written_before: u64) -> Result<Vec<(String, Effect)>, StoreError> {
+        let mut found = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("begins_with(sk, :out) AND written_at < :before")
+                .expression_attribute_values(":out", s("OUT#"))
+                .expression_attribute_values(":before", n(written_before))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            for item in page.items() {
+                found.push(codec::decode_outbox(item)?);
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// Removes sent outbox entries of `run_id`.
+    pub async fn delete_outbox(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
+        for effect in effects {
+            let mut key = Item::new();
+            key.insert(PK.into(), s(keys::run_pk(run_id)));
+            key.insert(SK.into(), s(keys::outbox_sk(&effect.task_id(run_id))));
+            self.client.delete_item().table_name(&self.table).set_key(Some(key)).send().await.map_err(unavailable)?;
+        }
+        Ok(())
     }
 
     async fn get(&self, key: Item) -> Result<Option<Item>, StoreError> {
@@ -283,7 +326,7 @@ impl RunStore for DynamoStore {
             conditions.push(Some("attribute_not_exists(pk)"));
         }
         for effect in effects {
-            items.push(codec::outbox_item(&run.run_id, effect)?);
+            items.push(codec::outbox_item(&run.run_id, effect, now_ms())?);
             conditions.push(None);
         }
         check_limits(&items.iter().collect::<Vec<_>>())?;
@@ -327,7 +370,7 @@ impl RunStore for DynamoStore {
             conditions.push(Some("attribute_not_exists(pk)"));
         }
         for effect in effects {
-            items.push(codec::outbox_item(&run.run_id, effect)?);
+            items.push(codec::outbox_item(&run.run_id, effect, now_ms())?);
             conditions.push(None);
         }
         check_limits(&items.iter().collect::<Vec<_>>())?;

@@ -41,6 +41,11 @@ pub enum Input {
     },
     /// The run's duration budget ran out.
     Deadline,
+    /// A task could not be processed on its last allowed delivery (serverless queues).
+    DeliveryExhausted {
+        /// The task's id.
+        task_id: String,
+    },
     /// An operator asked to cancel.
     Cancel {
         /// Free-text reason.

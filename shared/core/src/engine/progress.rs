@@ -164,6 +164,16 @@ impl<'a> Transition<'a> {
         Verdict::Applied
     }
 
+    pub(super) fn delivery_exhausted(&mut self, task_id: &str) -> Verdict {
+        let mut error = RunError::new(
+            "step_delivery_exhausted",
+            "a step of this run could not be processed within its allowed deliveries",
+        );
+        error.details = Some(json!({ "taskId": task_id }));
+        self.fail_run(error, None, "delivery-exhausted");
+        Verdict::Applied
+    }
+
     pub(super) fn has_step_in_flight(&self) -> bool {
         self.state.nodes.values().any(|node| node.status == NodeStatus::Scheduled)
     }

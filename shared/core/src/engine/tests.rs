@@ -279,3 +279,16 @@ fn identity_output_lands_in_variables() {
     drive(&wf, &mut state, 0);
     assert_eq!(state.variables["payload"], json!({"x": [1, 2]}));
 }
+
+#[test]
+fn exhausted_delivery_fails_the_run_once() {
+    let wf = chain(&["a", "b"]);
+    let mut state = pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 0);
+    let failed = apply(&wf, &mut state, Input::DeliveryExhausted { task_id: "run-1/step/a/1".into() }, 5);
+    let kinds: Vec<_> = failed.events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(kinds, ["node.cancelled", "run.failed"]);
+    assert_eq!(state.error.as_ref().unwrap().code, "step_delivery_exhausted");
+    let again = apply(&wf, &mut state, Input::DeliveryExhausted { task_id: "run-1/step/a/1".into() }, 6);
+    assert_eq!(again.verdict, Verdict::Ignored("run is terminal"));
+}

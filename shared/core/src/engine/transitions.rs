@@ -14,6 +14,7 @@
 //! | running, paused, waiting-*     | start            | ignored (duplicate)                                |
 //! | cancelling                     | step/wake/deadline | cancelled; `node.cancelled`…, `run.cancelled`    |
 //! | cancelling                     | cancel/start     | ignored                                            |
+//! | pending, running, paused, waiting-*, cancelling | delivery exhausted | failed `step_delivery_exhausted` |
 //! | completed, failed, cancelled   | anything         | ignored (terminal)                                 |
 
 use super::progress::Transition;
@@ -52,6 +53,10 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
         }
         (Cancelling, Input::Step { .. } | Input::Wake { .. } | Input::Deadline) => tx.finish_cancel(),
         (Cancelling, Input::Cancel { .. } | Input::Start) => Verdict::Ignored("cancel already accepted"),
+        (
+            Pending | Running | Paused | WaitingApproval | WaitingInput | WaitingExternal | Cancelling,
+            Input::DeliveryExhausted { task_id },
+        ) => tx.delivery_exhausted(&task_id),
         (Completed | Failed | Cancelled, _) => Verdict::Ignored("run is terminal"),
     };
     tx.finish(verdict)

@@ -129,3 +129,33 @@ impl Services {
         Ok(report)
     }
 }
+
+impl Services {
+    /// Stores the vendored conformance fixtures in the global namespace. A document already
+    /// stored is left as it is, so a cold start writes nothing after the first.
+    pub async fn load_bundled_fixtures(&self) -> Result<(), ServiceError> {
+        for (_, text) in crate::bundled::FIXTURES {
+            let document: Value = serde_json::from_str(text).map_err(|_| ServiceError::Internal)?;
+            let workflow = Workflow::compile(document)?;
+            let stored = self.store.workflow_version(GLOBAL_NAMESPACE, workflow.id(), &workflow.content_hash).await?;
+            if stored.is_none() {
+                self.put_workflow(GLOBAL_NAMESPACE, workflow.document.clone()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The fixture ids to advertise: entries of the expectation table whose definition is
+    /// loaded and runnable here.
+    pub async fn advertised_fixtures(&self) -> Vec<String> {
+        let mut advertised = Vec::new();
+        for id in crate::bundled::expected_fixture_ids() {
+            if let Ok((_, workflow)) = self.find_workflow(GLOBAL_NAMESPACE, &id).await {
+                if workflow.gap.is_none() {
+                    advertised.push(id);
+                }
+            }
+        }
+        advertised
+    }
+}

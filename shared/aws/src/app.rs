@@ -1,0 +1,84 @@
+//! The composition shared by the functions: DynamoDB store, SQS effects, the use cases, and
+//! (for the API) the router state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use trellis_core::ports::IdGenerator;
+use trellis_core::service::{Ports, Services};
+use trellis_http::{ApiKey, AppState, Discovery, KeyRing, StreamSettings};
+use trellis_store_dynamodb::DynamoStore;
+use trellis_worker::SystemClock;
+
+use crate::effects::SqsEffects;
+use crate::notifier::PollingNotifier;
+use crate::settings::{ApiSettings, Settings};
+
+/// Opaque run ids.
+struct UuidRunIds;
+
+impl IdGenerator for UuidRunIds {
+    fn run_id(&self) -> String {
+        format!("run-{}", uuid::Uuid::new_v4())
+    }
+}
+
+/// The AWS SDK configuration from the environment, with a rustls + ring HTTPS client.
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    use aws_smithy_http_client::{tls, Builder};
+    let http = Builder::new().tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring)).build_https();
+    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http).load().await
+}
+
+/// Everything a function needs, built once per cold start.
+pub struct AwsApp {
+    /// The use cases.
+    pub services: Arc<Services>,
+    /// The store (for the reconciler's outbox sweep).
+    pub store: Arc<DynamoStore>,
+    /// The effect sink (for re-sending deferred tasks).
+    pub effects: Arc<SqsEffects>,
+    /// The settings.
+    pub settings: Settings,
+}
+
+impl AwsApp {
+    /// Builds the app from settings and an SDK configuration.
+    pub fn new(settings: Settings, config: &aws_config::SdkConfig) -> Self {
+        let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(config), settings.table_name.clone()));
+        let clock = Arc::new(SystemClock);
+        let effects = Arc::new(SqsEffects::new(
+            aws_sdk_sqs::Client::new(config),
+            settings.step_queue_url.clone(),
+            store.clone(),
+            clock.clone(),
+        ));
+        let ports = Ports {
+            store: store.clone(),
+            effects: effects.clone(),
+            clock,
+            ids: Arc::new(UuidRunIds),
+            notifier: Arc::new(PollingNotifier),
+        };
+        let services = Arc::new(Services::new(ports, settings.limits));
+        Self { services, store, effects, settings }
+    }
+
+    /// The router state of the API function: the bundled fixtures are stored (once), keys
+    /// and the cursor secret come from the API settings, streams end before the deadline.
+    pub async fn api_state(&self, api: &ApiSettings) -> Result<AppState, trellis_core::ServiceError> {
+        self.services.load_bundled_fixtures().await?;
+        let fixtures = self.services.advertised_fixtures().await;
+        let keys = ApiKey::parse_list(&api.api_keys).map_err(|_| trellis_core::ServiceError::Internal)?;
+        Ok(AppState {
+            services: self.services.clone(),
+            keys: Arc::new(KeyRing::new(keys)),
+            discovery: Arc::new(Discovery::new(&self.settings.limits, &fixtures)),
+            cursor_key: Arc::new(ApiKey::hash_of(&api.cursor_secret)),
+            streams: StreamSettings {
+                keepalive: Duration::from_secs(15),
+                max_duration: Some(Duration::from_secs(api.stream_max_seconds)),
+            },
+        })
+    }
+}

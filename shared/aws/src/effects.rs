@@ -1,0 +1,72 @@
+//! Sending a commit's effects to the SQS step queue, then clearing them from the DynamoDB
+//! outbox. A timer more than 15 minutes out is sent with the longest delay SQS allows; the
+//! dispatcher finds it early, defers it, and sends it again (chained delays).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use trellis_core::engine::Effect;
+use trellis_core::ports::{Clock, EffectSink};
+use trellis_core::StoreError;
+use trellis_store_dynamodb::DynamoStore;
+
+use crate::message::StepMessage;
+
+/// The longest `DelaySeconds` SQS accepts.
+pub const MAX_DELAY_SECONDS: u64 = 900;
+/// Entries per `SendMessageBatch`.
+const BATCH: usize = 10;
+
+/// The AWS effect sink.
+pub struct SqsEffects {
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    store: Arc<DynamoStore>,
+    clock: Arc<dyn Clock>,
+}
+
+impl SqsEffects {
+    /// A sink sending to `queue_url` and clearing `store`'s outbox.
+    pub fn new(sqs: aws_sdk_sqs::Client, queue_url: String, store: Arc<DynamoStore>, clock: Arc<dyn Clock>) -> Self {
+        Self { sqs, queue_url, store, clock }
+    }
+
+    /// The delay an effect is sent with: until it is due, at most 15 minutes.
+    pub fn delay_seconds(&self, effect: &Effect) -> i32 {
+        let wait_ms = effect.due_at().saturating_sub(self.clock.now());
+        wait_ms.div_ceil(1000).min(MAX_DELAY_SECONDS) as i32
+    }
+}
+
+#[async_trait]
+impl EffectSink for SqsEffects {
+    async fn send(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
+        for chunk in effects.chunks(BATCH) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(index, effect)| {
+                    SendMessageBatchRequestEntry::builder()
+                        .id(index.to_string())
+                        .message_body(StepMessage::new(run_id, effect).encode())
+                        .delay_seconds(self.delay_seconds(effect))
+                        .build()
+                        .expect("entry has id and body")
+                })
+                .collect();
+            let sent = self
+                .sqs
+                .send_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|error| StoreError::Unavailable(format!("SQS send failed: {error:?}")))?;
+            if !sent.failed().is_empty() {
+                return Err(StoreError::Unavailable(format!("SQS refused {} messages", sent.failed().len())));
+            }
+        }
+        self.store.delete_outbox(run_id, effects).await
+    }
+}

@@ -1,0 +1,26 @@
+//! # trellis-aws
+//!
+//! What the serverless build adds around the engine, kept out of `trellis-core`:
+//!
+//! - [`settings`]: the functions' settings, read once at cold start and validated with named
+//!   errors;
+//! - [`message`]: the step-queue message (ids and a schema version only);
+//! - [`effects`]: sending a commit's effects to the SQS step queue and clearing them from the
+//!   DynamoDB outbox;
+//! - [`dispatch`]: the dispatcher's batch handler (one step per message, partial batch
+//!   failures, `step_delivery_exhausted` on the last allowed delivery);
+//! - [`reconcile`]: the scheduled sweep that sends outbox entries a crash left unsent;
+//! - [`app`]: the composition of store, queue and use cases shared by the functions.
+//!
+//! The Lambda functions in `functions/` are thin `main.rs` files over these.
+
+pub mod app;
+pub mod dispatch;
+pub mod effects;
+pub mod message;
+pub mod notifier;
+pub mod reconcile;
+pub mod settings;
+
+pub use app::AwsApp;
+pub use settings::{Settings, SettingsError};

@@ -1,0 +1,148 @@
+//! Settings of the serverless functions, from the environment, validated at cold start.
+
+use trellis_core::limits::HostLimits;
+
+/// A setting that is missing or malformed; the function refuses to start with it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    /// A required variable is not set.
+    #[error("setting {0} is required")]
+    Missing(&'static str),
+    /// A variable is set to something unusable.
+    #[error("setting {name} is invalid: {reason}")]
+    Invalid {
+        /// The variable.
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The settings every function reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `TRELLIS_TABLE_NAME`: the DynamoDB table.
+    pub table_name: String,
+    /// `TRELLIS_STEP_QUEUE_URL`: the SQS step queue.
+    pub step_queue_url: String,
+    /// `TRELLIS_MAX_RECEIVE_COUNT` (default 5): the step queue's `maxReceiveCount`; the
+    /// dispatcher fails a run on that delivery instead of letting its step reach the DLQ.
+    pub max_receive_count: u32,
+    /// Limits (`TRELLIS_MAX_NODE_EXECUTIONS`, `TRELLIS_MAX_RUN_DURATION_MS`).
+    pub limits: HostLimits,
+}
+
+/// The settings only the API function reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiSettings {
+    /// `TRELLIS_API_KEYS`: a JSON array of hashed keys (the keys-file format).
+    pub api_keys: String,
+    /// `TRELLIS_CURSOR_SECRET`: at least 32 characters; signs list cursors.
+    pub cursor_secret: String,
+    /// `TRELLIS_STREAM_MAX_SECONDS` (default 840): SSE streams end after this, before the
+    /// function's deadline, and clients resume with `Last-Event-ID`.
+    pub stream_max_seconds: u64,
+}
+
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn required(lookup: Lookup<'_>, name: &'static str) -> Result<String, SettingsError> {
+    lookup(name).filter(|value| !value.trim().is_empty()).ok_or(SettingsError::Missing(name))
+}
+
+fn number<T: std::str::FromStr>(lookup: Lookup<'_>, name: &'static str, default: T) -> Result<T, SettingsError> {
+    match lookup(name) {
+        None => Ok(default),
+        Some(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| SettingsError::Invalid { name, reason: format!("`{text}` is not a whole number") }),
+    }
+}
+
+impl Settings {
+    /// Reads the settings from the process environment.
+    pub fn from_env() -> Result<Self, SettingsError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads the settings through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: Lookup<'_>) -> Result<Self, SettingsError> {
+        let defaults = HostLimits::default();
+        let max_receive_count = number(lookup, "TRELLIS_MAX_RECEIVE_COUNT", 5u32)?;
+        if max_receive_count < 2 {
+            return Err(SettingsError::Invalid {
+                name: "TRELLIS_MAX_RECEIVE_COUNT",
+                reason: "must be at least 2 (one delivery to try, one to fail the run)".into(),
+            });
+        }
+        Ok(Self {
+            table_name: required(lookup, "TRELLIS_TABLE_NAME")?,
+            step_queue_url: required(lookup, "TRELLIS_STEP_QUEUE_URL")?,
+            max_receive_count,
+            limits: HostLimits {
+                max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
+                max_run_duration_ms: number(lookup, "TRELLIS_MAX_RUN_DURATION_MS", defaults.max_run_duration_ms)?,
+                max_request_body_bytes: defaults.max_request_body_bytes,
+            },
+        })
+    }
+}
+
+impl ApiSettings {
+    /// Reads the API settings from the process environment.
+    pub fn from_env() -> Result<Self, SettingsError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads the API settings through `lookup`.
+    pub fn from_lookup(lookup: Lookup<'_>) -> Result<Self, SettingsError> {
+        let api_keys = required(lookup, "TRELLIS_API_KEYS")?;
+        if let Err(error) = trellis_http::ApiKey::parse_list(&api_keys) {
+            return Err(SettingsError::Invalid { name: "TRELLIS_API_KEYS", reason: error.0 });
+        }
+        let cursor_secret = required(lookup, "TRELLIS_CURSOR_SECRET")?;
+        if cursor_secret.len() < 32 {
+            return Err(SettingsError::Invalid {
+                name: "TRELLIS_CURSOR_SECRET",
+                reason: "must be at least 32 characters".into(),
+            });
+        }
+        Ok(Self { api_keys, cursor_secret, stream_max_seconds: number(lookup, "TRELLIS_STREAM_MAX_SECONDS", 840)? })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn missing_and_invalid_settings_are_named() {
+        assert_eq!(Settings::from_lookup(&lookup(&[])), Err(SettingsError::Missing("TRELLIS_TABLE_NAME")));
+        let bad =
+            lookup(&[("TRELLIS_TABLE_NAME", "t"), ("TRELLIS_STEP_QUEUE_URL", "q"), ("TRELLIS_MAX_RECEIVE_COUNT", "x")]);
+        assert!(matches!(
+            Settings::from_lookup(&bad),
+            Err(SettingsError::Invalid { name: "TRELLIS_MAX_RECEIVE_COUNT", .. })
+        ));
+        let good = lookup(&[("TRELLIS_TABLE_NAME", "t"), ("TRELLIS_STEP_QUEUE_URL", "q")]);
+        assert_eq!(Settings::from_lookup(&good).unwrap().max_receive_count, 5);
+        let short = lookup(&[("TRELLIS_API_KEYS", "[]"), ("TRELLIS_CURSOR_SECRET", "short")]);
+        assert!(matches!(
+            ApiSettings::from_lookup(&short),
+            Err(SettingsError::Invalid { name: "TRELLIS_CURSOR_SECRET", .. })
+        ));
+        let keys = lookup(&[("TRELLIS_API_KEYS", "{not json"), ("TRELLIS_CURSOR_SECRET", &"s".repeat(32))]);
+        assert!(matches!(
+            ApiSettings::from_lookup(&keys),
+            Err(SettingsError::Invalid { name: "TRELLIS_API_KEYS", .. })
+        ));
+    }
+}

@@ -1,0 +1,46 @@
+//! Definitions compiled into every host build: the vendored OpenWOP conformance fixtures
+//! (see `conformance/fixtures/NOTICE.md`) and the fixture expectation table that decides
+//! which fixture ids discovery advertises. Data only; loading them is the host's job.
+
+use serde_json::Value;
+
+/// The fixture expectation table, `conformance/fixture-expectations.json`.
+pub const EXPECTATIONS: &str = include_str!("../../../conformance/fixture-expectations.json");
+
+/// The vendored fixture documents, by file name.
+pub const FIXTURES: &[(&str, &str)] = &[
+    ("conformance-noop.json", include_str!("../../../conformance/fixtures/conformance-noop.json")),
+    ("conformance-delay.json", include_str!("../../../conformance/fixtures/conformance-delay.json")),
+    ("conformance-cancellable.json", include_str!("../../../conformance/fixtures/conformance-cancellable.json")),
+    ("conformance-idempotent.json", include_str!("../../../conformance/fixtures/conformance-idempotent.json")),
+    ("conformance-multi-node.json", include_str!("../../../conformance/fixtures/conformance-multi-node.json")),
+    ("conformance-failure.json", include_str!("../../../conformance/fixtures/conformance-failure.json")),
+    ("conformance-identity.json", include_str!("../../../conformance/fixtures/conformance-identity.json")),
+    ("conformance-cap-breach.json", include_str!("../../../conformance/fixtures/conformance-cap-breach.json")),
+    (
+        "conformance-run-duration-breach.json",
+        include_str!("../../../conformance/fixtures/conformance-run-duration-breach.json"),
+    ),
+];
+
+/// The fixture ids the expectation table covers, in table order.
+pub fn expected_fixture_ids() -> Vec<String> {
+    let table: Value = serde_json::from_str(EXPECTATIONS).expect("the expectation table is JSON");
+    table["fixtures"]
+        .as_array()
+        .map(|entries| entries.iter().filter_map(|entry| entry["id"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_table_entry_has_a_vendored_fixture() {
+        for id in expected_fixture_ids() {
+            let file = format!("{id}.json");
+            assert!(FIXTURES.iter().any(|(name, _)| *name == file), "{id} is in the table but not vendored");
+        }
+    }
+}
