@@ -60,6 +60,9 @@ pub struct HostOptions {
     pub crash: Option<CrashPoint>,
     /// SSE settings (keep-alive interval).
     pub streams: StreamSettings,
+    /// Accept runs but hold the worker until [`EmbeddedHost::start_worker`] (tests use it to
+    /// act on a run whose first step is still in flight).
+    pub hold_worker: bool,
 }
 
 /// A running embedded host.
@@ -72,8 +75,12 @@ pub struct EmbeddedHost {
     pub fixtures: Vec<String>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<()>,
-    worker: JoinHandle<()>,
+    worker: Option<JoinHandle<()>>,
+    held: Option<HeldWorker>,
 }
+
+/// A worker loop not started yet.
+type HeldWorker = Box<dyn FnOnce() -> JoinHandle<()> + Send>;
 
 impl EmbeddedHost {
     /// Opens the store, loads definitions, binds and starts serving.
@@ -116,7 +123,10 @@ impl EmbeddedHost {
         let (shutdown, stop) = watch::channel(false);
 
         let worker_options = WorkerOptions { crash: options.crash, ..WorkerOptions::default() };
-        let worker = tokio::spawn(run_loop(services, store, notifier, worker_options, stop.clone()));
+        let stop_worker = stop.clone();
+        let spawn_worker = move || tokio::spawn(run_loop(services, store, notifier, worker_options, stop_worker));
+        let (worker, held): (_, Option<HeldWorker>) =
+            if options.hold_worker { (None, Some(Box::new(spawn_worker))) } else { (Some(spawn_worker()), None) };
         let app = router(state);
         let mut stop_server = stop;
         let server = tokio::spawn(async move {
@@ -128,7 +138,7 @@ impl EmbeddedHost {
             }
         });
         info!(%addr, fixtures = fixtures.len(), "trellis is serving");
-        Ok(Self { addr, dev_key, fixtures, shutdown, server, worker })
+        Ok(Self { addr, dev_key, fixtures, shutdown, server, worker, held })
     }
 
     /// Stops accepting requests, lets in-flight ones and the current task finish, and waits.
@@ -140,7 +150,16 @@ impl EmbeddedHost {
         if tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_err() {
             server.abort();
         }
-        let _ = self.worker.await;
+        if let Some(worker) = self.worker {
+            let _ = worker.await;
+        }
+    }
+
+    /// Starts a worker held back by [`HostOptions::hold_worker`]; no-op otherwise.
+    pub fn start_worker(&mut self) {
+        if let Some(spawn) = self.held.take() {
+            self.worker = Some(spawn());
+        }
     }
 }
 

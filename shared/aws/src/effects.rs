@@ -69,4 +69,14 @@ impl EffectSink for SqsEffects {
         }
         self.store.delete_outbox(run_id, effects).await
     }
+
+    /// Only what is still in the run's outbox was not sent; everything else is already on
+    /// the queue (or done), so nothing is sent twice.
+    async fn resend_outstanding(&self, run_id: &str, _outstanding: &[Effect]) -> Result<(), StoreError> {
+        let unsent = self.store.outbox_of(run_id).await?;
+        if unsent.is_empty() {
+            return Ok(());
+        }
+        self.send(run_id, &unsent).await
+    }
 }

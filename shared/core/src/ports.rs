@@ -202,6 +202,13 @@ pub struct Task {
 pub trait EffectSink: Send + Sync {
     /// Sends `effects` of `run_id`.
     async fn send(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError>;
+
+    /// Repairs a crash between a commit and its send: makes sure the run's `outstanding`
+    /// effects (derived from its state) are on their way. A sink that can tell which were
+    /// already sent (an outbox) sends only the others.
+    async fn resend_outstanding(&self, run_id: &str, outstanding: &[Effect]) -> Result<(), StoreError> {
+        self.send(run_id, outstanding).await
+    }
 }
 
 /// The embedded task queue: the task table, which is also the outbox.

@@ -151,6 +151,22 @@ impl DynamoStore {
         }
     }
 
+    /// The outbox entries of `run_id` not sent yet.
+    pub async fn outbox_of(&self, run_id: &str) -> Result<Vec<Effect>, StoreError> {
+        let page = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :out)")
+            .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
+            .expression_attribute_values(":out", s("OUT#"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        page.items().iter().map(|item| codec::decode_outbox(item).map(|(_, effect)| effect)).collect()
+    }
+
     /// Removes sent outbox entries of `run_id`.
     pub async fn delete_outbox(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
         for effect in effects {

@@ -61,7 +61,7 @@ pub async fn process_task(
                 return Ok(TaskResult::Applied);
             }
             Verdict::Stale => {
-                services.effects.send(&task.run_id, &outstanding_effects(&decision.run)).await?;
+                services.effects.resend_outstanding(&task.run_id, &outstanding_effects(&decision.run)).await?;
                 services.notifier.committed(&task.run_id);
                 return Ok(TaskResult::Repaired);
             }
