@@ -2,8 +2,9 @@
 # Runs every test of Trellis: lints, unit tests, the store contract, the router suite, the
 # embedded end-to-end suite, the fixture table and the crash-recovery suite.
 #
-# It installs what the tests need first: the toolchain's clippy and rustfmt, and Amazon
-# DynamoDB Local (scripts/emulators.sh, cached in .cache/). The suites then run inside a
+# It installs what the tests need first: the toolchain's clippy and rustfmt, Amazon
+# DynamoDB Local and moto (scripts/emulators.sh), AWS SAM CLI and cfn-lint
+# (scripts/lint-infra.sh, which validates infra/template.yaml) — all cached in .cache/. The suites then run inside a
 # private network namespace (`unshare -n`, loopback only) with the emulator started, so the
 # DynamoDB store meets the same contract suite as the SQLite store.
 # Set OPENWOP_REFERENCE_DIR to an OpenWOP reference folder (schemas/, fixtures/) to also
@@ -17,6 +18,7 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 
 bash scripts/emulators.sh install
+bash scripts/lint-infra.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -102,3 +102,30 @@ pub async fn handle_batch(app: &AwsApp, event: SqsEvent) -> SqsBatchResponse {
     }
     response
 }
+
+/// Why a dispatcher invocation failed as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum TriggerError {
+    /// The payload is neither an SQS batch nor a scheduled event.
+    #[error("the dispatcher was invoked with an unknown event")]
+    UnknownEvent,
+    /// The reconciler could not finish its sweep (it runs again on its schedule).
+    #[error("reconciling the outbox failed: {0}")]
+    Reconcile(trellis_core::StoreError),
+}
+
+/// The dispatcher function's entry: an SQS batch (`Records`) is run step by step; a
+/// scheduled event (`detail-type: Scheduled Event`) runs the outbox reconciler.
+pub async fn handle_trigger(app: &AwsApp, payload: serde_json::Value) -> Result<serde_json::Value, TriggerError> {
+    if payload.get("Records").is_some() {
+        let event: SqsEvent = serde_json::from_value(payload).map_err(|_| TriggerError::UnknownEvent)?;
+        let response = handle_batch(app, event).await;
+        return Ok(serde_json::to_value(response).expect("batch response serializes"));
+    }
+    if payload.get("detail-type").and_then(|kind| kind.as_str()) == Some("Scheduled Event") {
+        let sent =
+            crate::reconcile::reconcile(app, crate::reconcile::GRACE_MS).await.map_err(TriggerError::Reconcile)?;
+        return Ok(serde_json::json!({ "reconciled": sent }));
+    }
+    Err(TriggerError::UnknownEvent)
+}

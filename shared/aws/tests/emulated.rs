@@ -561,3 +561,17 @@ async fn an_unparseable_message_ends_in_the_dead_letter_queue() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_dispatcher_entry_routes_batches_schedules_and_refuses_the_rest() {
+    if !emulators_configured() {
+        return;
+    }
+    let aws = stack().await;
+    let scheduled = json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}});
+    let answer = trellis_aws::dispatch::handle_trigger(&aws.app, scheduled).await.expect("reconciler runs");
+    assert_eq!(answer, json!({"reconciled": 0}));
+    let empty_batch = trellis_aws::dispatch::handle_trigger(&aws.app, json!({"Records": []})).await.unwrap();
+    assert_eq!(empty_batch, json!({"batchItemFailures": []}));
+    assert!(trellis_aws::dispatch::handle_trigger(&aws.app, json!({"hello": 1})).await.is_err());
+}
