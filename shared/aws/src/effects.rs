@@ -24,12 +24,18 @@ pub struct SqsEffects {
     queue_url: String,
     store: Arc<DynamoStore>,
     clock: Arc<dyn Clock>,
+    requests: std::sync::atomic::AtomicU64,
 }
 
 impl SqsEffects {
     /// A sink sending to `queue_url` and clearing `store`'s outbox.
     pub fn new(sqs: aws_sdk_sqs::Client, queue_url: String, store: Arc<DynamoStore>, clock: Arc<dyn Clock>) -> Self {
-        Self { sqs, queue_url, store, clock }
+        Self { sqs, queue_url, store, clock, requests: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    /// SQS requests sent so far.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The delay an effect is sent with: until it is due, at most 15 minutes.
@@ -55,6 +61,7 @@ impl EffectSink for SqsEffects {
                         .expect("entry has id and body")
                 })
                 .collect();
+            self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let sent = self
                 .sqs
                 .send_message_batch()

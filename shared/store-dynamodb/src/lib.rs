@@ -30,9 +30,11 @@
 mod codec;
 mod errors;
 mod keys;
+mod meter;
 mod store;
 mod table;
 
+pub use meter::{Meter, Usage};
 pub use store::DynamoStore;
 pub use table::{create_table, TableSpec};
 

@@ -17,6 +17,7 @@ use trellis_core::{RunEvent, RunState, StoreError};
 use crate::codec::{self, check_limits, get_n, get_s, n, s, Item};
 use crate::errors::{is_size_limit, unavailable};
 use crate::keys::{self, EVENTS_END, PK, RUNS_BY_TENANT, SK};
+use crate::meter::Meter;
 
 /// How often a commit is retried after `TransactionConflict` or an ambiguous failure.
 const COMMIT_ATTEMPTS: u32 = 6;
@@ -26,6 +27,7 @@ const COMMIT_ATTEMPTS: u32 = 6;
 pub struct DynamoStore {
     client: Client,
     table: String,
+    meter: std::sync::Arc<Meter>,
 }
 
 /// How a transaction ended, in the terms the store needs.
@@ -48,7 +50,12 @@ fn jitter(attempt: u32) -> Duration {
 impl DynamoStore {
     /// A store on `table` through `client`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self { client, table: table.into() }
+        Self { client, table: table.into(), meter: std::sync::Arc::default() }
+    }
+
+    /// The request units this store has used so far (see [`Meter`]).
+    pub fn usage(&self) -> crate::Usage {
+        self.meter.usage()
     }
 
     fn put(&self, item: Item, condition: Option<&str>) -> TransactWriteItem {
@@ -84,7 +91,12 @@ impl DynamoStore {
                 .send()
                 .await;
             match sent {
-                Ok(_) => return Ok(TransactOutcome::Done),
+                Ok(_) => {
+                    let written: Vec<&Item> =
+                        items.iter().filter_map(|item| item.put().map(|put| put.item())).collect();
+                    self.meter.transaction(&written);
+                    return Ok(TransactOutcome::Done);
+                }
                 Err(SdkError::ServiceError(service)) => {
                     let error = service.into_err();
                     match error {
@@ -164,6 +176,7 @@ impl DynamoStore {
             .send()
             .await
             .map_err(unavailable)?;
+        self.meter.read(page.items());
         page.items().iter().map(|item| codec::decode_outbox(item).map(|(_, effect)| effect)).collect()
     }
 
@@ -174,6 +187,7 @@ impl DynamoStore {
             key.insert(PK.into(), s(keys::run_pk(run_id)));
             key.insert(SK.into(), s(keys::outbox_sk(&effect.task_id(run_id))));
             self.client.delete_item().table_name(&self.table).set_key(Some(key)).send().await.map_err(unavailable)?;
+            self.meter.write(codec::item_size(&codec::outbox_item(run_id, effect, 0)?));
         }
         Ok(())
     }
@@ -188,7 +202,9 @@ impl DynamoStore {
             .send()
             .await
             .map_err(unavailable)?;
-        Ok(output.item().cloned())
+        let item = output.item().cloned();
+        self.meter.read(item.as_slice());
+        Ok(item)
     }
 
     async fn workflow_items(&self, namespace: &str, workflow_id: &str) -> Result<Vec<Item>, StoreError> {
@@ -417,6 +433,7 @@ impl RunStore for DynamoStore {
                 .send()
                 .await
                 .map_err(unavailable)?;
+            self.meter.read(page.items());
             for item in page.items() {
                 events.push(codec::decode_event(item)?);
             }

@@ -1,0 +1,140 @@
+//! `trellis-bench-aws`: the cost of one sequential `core.noop` step on the serverless path,
+//! measured on the emulated stack (`AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL_SQS`):
+//! DynamoDB request units computed from serialized item sizes by AWS's rules, SQS requests
+//! and dispatcher invocations; plus the function binaries' sizes and the dispatcher's
+//! process start-up time to its first Runtime API call. Prints figures; asserts nothing.
+//!
+//! Run it through the emulator wrapper:
+//! `unshare -n bash scripts/emulators.sh run -- ./target/release/trellis-bench-aws`
+
+mod startup;
+
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use clap::Parser;
+use serde_json::json;
+use trellis_aws::app::sdk_config;
+use trellis_aws::dispatch::handle_message;
+use trellis_aws::{AwsApp, Settings};
+use trellis_core::limits::HostLimits;
+use trellis_core::run::Principal;
+
+/// Measure the serverless step path.
+#[derive(Debug, Parser)]
+#[command(name = "trellis-bench-aws")]
+struct Args {
+    /// Runs of the chain.
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    /// Nodes per chain.
+    #[arg(long, default_value_t = 10)]
+    nodes: usize,
+    /// The dispatcher binary whose start-up is timed (a host build).
+    #[arg(long, default_value = "target/release/trellis-dispatcher")]
+    dispatcher: std::path::PathBuf,
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    let config = sdk_config().await;
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let table = format!("trellis-bench-{suffix}");
+    trellis_store_dynamodb::create_table(&aws_sdk_dynamodb::Client::new(&config), &table).await.expect("table");
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let queue = sqs.create_queue().queue_name(format!("bench-{suffix}")).send().await.expect("queue");
+    let queue_url = queue.queue_url().expect("queue url").to_owned();
+    let settings = Settings {
+        table_name: table,
+        step_queue_url: queue_url.clone(),
+        max_receive_count: 5,
+        limits: HostLimits::default(),
+    };
+    let app = AwsApp::new(settings, &config);
+
+    let nodes: Vec<_> = (0..args.nodes).map(|i| json!({"id": format!("n{i}"), "typeId": "core.noop"})).collect();
+    let edges: Vec<_> = (1..args.nodes)
+        .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{}", i - 1), "targetNodeId": format!("n{i}")}))
+        .collect();
+    let chain = json!({"id": "bench-chain", "name": "bench chain", "nodes": nodes, "edges": edges});
+    app.services.register_workflow("bench", chain).await.expect("workflow");
+    let principal = Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into() };
+    let respond = |_: &trellis_core::RunState| (201, json!({}));
+
+    let before_create = (app.store.usage(), app.effects.requests());
+    for _ in 0..args.runs {
+        app.services
+            .create_run(&principal, &json!({"workflowId": "bench-chain"}), None, &respond)
+            .await
+            .expect("create");
+    }
+    let after_create = (app.store.usage(), app.effects.requests());
+
+    let (mut invocations, mut receives, mut deletes) = (0u64, 0u64, 0u64);
+    let expected = (args.runs * args.nodes) as u64;
+    while invocations < expected {
+        let received = sqs
+            .receive_message()
+            .queue_url(&queue_url)
+            .max_number_of_messages(1)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        receives += 1;
+        let Some(message) = received.messages().first() else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let mut record = SqsMessage::default();
+        record.message_id = message.message_id().map(str::to_owned);
+        record.body = message.body().map(str::to_owned);
+        record.attributes.insert("ApproximateReceiveCount".into(), "1".into());
+        handle_message(&app, &record).await;
+        invocations += 1;
+        sqs.delete_message()
+            .queue_url(&queue_url)
+            .receipt_handle(message.receipt_handle().unwrap())
+            .send()
+            .await
+            .unwrap();
+        deletes += 1;
+    }
+    let done = (app.store.usage(), app.effects.requests());
+    let steps = expected as f64;
+    let create_runs = args.runs as f64;
+    println!("trellis-bench-aws: {} runs of a {}-node core.noop chain on the emulated stack", args.runs, args.nodes);
+    println!(
+        "run creation (API): {:.2} WRU, {:.2} RRU, {:.2} SQS sends per run (run.started, state, first step, deadline timer)",
+        (after_create.0.write_units - before_create.0.write_units) as f64 / create_runs,
+        (after_create.0.read_units - before_create.0.read_units) as f64 / create_runs,
+        (after_create.1 - before_create.1) as f64 / create_runs,
+    );
+    println!(
+        "per sequential step: {:.2} WRU, {:.2} RRU (from serialized item sizes), {:.2} SQS requests ({:.2} send, {:.2} receive, {:.2} delete at batch size 1), {:.2} dispatcher invocations",
+        (done.0.write_units - after_create.0.write_units) as f64 / steps,
+        (done.0.read_units - after_create.0.read_units) as f64 / steps,
+        ((done.1 - after_create.1) + receives + deletes) as f64 / steps,
+        (done.1 - after_create.1) as f64 / steps,
+        receives as f64 / steps,
+        deletes as f64 / steps,
+        invocations as f64 / steps,
+    );
+    for function in ["trellis-api", "trellis-dispatcher"] {
+        let path = format!("target/lambda/{function}/bootstrap");
+        match std::fs::metadata(&path) {
+            Ok(meta) => println!("{function} release bootstrap: {:.2} MiB ({path})", meta.len() as f64 / 1_048_576.0),
+            Err(_) => println!("{function}: no {path} (run `cargo lambda build --release --arm64`)"),
+        }
+    }
+    match startup::time_to_first_poll(&args.dispatcher).await {
+        Ok(elapsed) => println!(
+            "dispatcher process start-up to its first Runtime API call: {:.1} ms ({})",
+            elapsed.as_secs_f64() * 1000.0,
+            args.dispatcher.display()
+        ),
+        Err(error) => println!("dispatcher start-up not measured: {error}"),
+    }
+}
