@@ -44,11 +44,12 @@ async fn main() {
     let table = format!("trellis-bench-{suffix}");
     trellis_store_dynamodb::create_table(&aws_sdk_dynamodb::Client::new(&config), &table).await.expect("table");
     let sqs = aws_sdk_sqs::Client::new(&config);
-    let queue = sqs.create_queue().queue_name(format!("bench-{suffix}")).send().await.expect("queue");
-    let queue_url = queue.queue_url().expect("queue url").to_owned();
+    let queues = trellis_aws::provision::create_queues(&sqs, &format!("bench-{suffix}"), 5, 30).await.expect("queues");
+    let queue_url = queues.step.clone();
     let settings = Settings {
         table_name: table,
-        step_queue_url: queue_url.clone(),
+        step_queue_url: queues.step,
+        completion_queue_url: queues.completion,
         max_receive_count: 5,
         limits: HostLimits::default(),
     };

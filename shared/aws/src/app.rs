@@ -50,6 +50,7 @@ impl AwsApp {
         let effects = Arc::new(SqsEffects::new(
             aws_sdk_sqs::Client::new(config),
             settings.step_queue_url.clone(),
+            settings.completion_queue_url.clone(),
             store.clone(),
             clock.clone(),
         ));

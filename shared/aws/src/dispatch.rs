@@ -51,8 +51,7 @@ pub async fn handle_message(app: &AwsApp, message: &SqsMessage) -> MessageOutcom
     let task = step.task(deliveries);
     match process_task(&app.services, &task, None).await {
         Ok(TaskResult::Deferred(visible_at)) => {
-            let mut effect = step.effect.clone();
-            set_due(&mut effect, visible_at);
+            let effect = step.effect.clone().due(visible_at);
             match app.effects.send(&step.run_id, &[effect]).await {
                 Ok(()) => MessageOutcome::Done(TaskResult::Deferred(visible_at)),
                 Err(error) => MessageOutcome::Failed(error.to_string()),
@@ -60,13 +59,6 @@ pub async fn handle_message(app: &AwsApp, message: &SqsMessage) -> MessageOutcom
         }
         Ok(result) => MessageOutcome::Done(result),
         Err(error) => MessageOutcome::Failed(error.to_string()),
-    }
-}
-
-fn set_due(effect: &mut trellis_core::engine::Effect, at: u64) {
-    use trellis_core::engine::Effect;
-    match effect {
-        Effect::Step { due_at, .. } | Effect::Wake { due_at, .. } | Effect::Deadline { due_at } => *due_at = at,
     }
 }
 
@@ -89,12 +81,31 @@ async fn fail_exhausted(app: &AwsApp, step: &StepMessage) -> Result<(), ServiceE
     Err(ServiceError::Unavailable)
 }
 
-/// Handles a batch; the response names the messages to redeliver.
+/// Handles a batch from the step queue; the response names the messages to redeliver.
 pub async fn handle_batch(app: &AwsApp, event: SqsEvent) -> SqsBatchResponse {
+    handle_records(app, event, false).await
+}
+
+/// Handles a batch from the FIFO completion queue: after a failed message, the rest of the
+/// batch is reported failed too, so one parent's notices keep their order.
+pub async fn handle_fifo_batch(app: &AwsApp, event: SqsEvent) -> SqsBatchResponse {
+    handle_records(app, event, true).await
+}
+
+async fn handle_records(app: &AwsApp, event: SqsEvent, fifo: bool) -> SqsBatchResponse {
     let mut response = SqsBatchResponse::default();
+    let mut blocked = false;
     for message in &event.records {
-        if let MessageOutcome::Failed(reason) = handle_message(app, message).await {
-            warn!(message_id = ?message.message_id, %reason, "step message failed");
+        let failed = if blocked {
+            true
+        } else if let MessageOutcome::Failed(reason) = handle_message(app, message).await {
+            warn!(message_id = ?message.message_id, %reason, "queue message failed");
+            true
+        } else {
+            false
+        };
+        if failed {
+            blocked |= fifo;
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = message.message_id.clone().unwrap_or_default();
             response.batch_item_failures.push(failure);

@@ -1,6 +1,8 @@
-//! Sending a commit's effects to the SQS step queue, then clearing them from the DynamoDB
-//! outbox. A timer more than 15 minutes out is sent with the longest delay SQS allows; the
-//! dispatcher finds it early, defers it, and sends it again (chained delays).
+//! Sending a commit's effects to SQS, then clearing them from the DynamoDB outbox. Notices to
+//! a parent run go to the FIFO completion queue (grouped by parent, deduplicated by task id);
+//! everything else goes to the standard step queue. A timer more than 15 minutes out is sent
+//! with the longest delay SQS allows; the dispatcher finds it early, defers it, and sends it
+//! again (chained delays).
 
 use std::sync::Arc;
 
@@ -22,15 +24,39 @@ const BATCH: usize = 10;
 pub struct SqsEffects {
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
+    completion_queue_url: String,
     store: Arc<DynamoStore>,
     clock: Arc<dyn Clock>,
     requests: std::sync::atomic::AtomicU64,
 }
 
 impl SqsEffects {
-    /// A sink sending to `queue_url` and clearing `store`'s outbox.
-    pub fn new(sqs: aws_sdk_sqs::Client, queue_url: String, store: Arc<DynamoStore>, clock: Arc<dyn Clock>) -> Self {
-        Self { sqs, queue_url, store, clock, requests: std::sync::atomic::AtomicU64::new(0) }
+    /// A sink sending to the step and completion queues and clearing `store`'s outbox.
+    pub fn new(
+        sqs: aws_sdk_sqs::Client,
+        queue_url: String,
+        completion_queue_url: String,
+        store: Arc<DynamoStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self { sqs, queue_url, completion_queue_url, store, clock, requests: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    async fn send_batch(&self, queue_url: &str, entries: Vec<SendMessageBatchRequestEntry>) -> Result<(), StoreError> {
+        self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sent = self
+            .sqs
+            .send_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|error| StoreError::Unavailable(format!("SQS send failed: {error:?}")))?;
+        if sent.failed().is_empty() {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!("SQS refused {} messages", sent.failed().len())))
+        }
     }
 
     /// SQS requests sent so far.
@@ -48,7 +74,8 @@ impl SqsEffects {
 #[async_trait]
 impl EffectSink for SqsEffects {
     async fn send(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
-        for chunk in effects.chunks(BATCH) {
+        let (notices, steps): (Vec<&Effect>, Vec<&Effect>) = effects.iter().partition(|e| e.is_parent_notice());
+        for chunk in steps.chunks(BATCH) {
             let entries = chunk
                 .iter()
                 .enumerate()
@@ -61,18 +88,27 @@ impl EffectSink for SqsEffects {
                         .expect("entry has id and body")
                 })
                 .collect();
-            self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let sent = self
-                .sqs
-                .send_message_batch()
-                .queue_url(&self.queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|error| StoreError::Unavailable(format!("SQS send failed: {error:?}")))?;
-            if !sent.failed().is_empty() {
-                return Err(StoreError::Unavailable(format!("SQS refused {} messages", sent.failed().len())));
-            }
+            self.send_batch(&self.queue_url, entries).await?;
+        }
+        for chunk in notices.chunks(BATCH) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(index, effect)| {
+                    let group = match effect {
+                        Effect::NotifyParent { parent_run_id, .. } => parent_run_id.clone(),
+                        _ => run_id.to_owned(),
+                    };
+                    SendMessageBatchRequestEntry::builder()
+                        .id(index.to_string())
+                        .message_body(StepMessage::new(run_id, effect).encode())
+                        .message_group_id(group)
+                        .message_deduplication_id(effect.task_id(run_id).replace('/', ":"))
+                        .build()
+                        .expect("entry has id and body")
+                })
+                .collect();
+            self.send_batch(&self.completion_queue_url, entries).await?;
         }
         self.store.delete_outbox(run_id, effects).await
     }

@@ -10,7 +10,8 @@
 //! - [`dispatch`]: the dispatcher's batch handler (one step per message, partial batch
 //!   failures, `step_delivery_exhausted` on the last allowed delivery);
 //! - [`reconcile`]: the scheduled sweep that sends outbox entries a crash left unsent;
-//! - [`app`]: the composition of store, queue and use cases shared by the functions.
+//! - [`app`]: the composition of store, queue and use cases shared by the functions;
+//! - [`provision`]: creating the queues outside CloudFormation (emulators).
 //!
 //! The Lambda functions in `functions/` are thin `main.rs` files over these.
 
@@ -19,6 +20,7 @@ pub mod dispatch;
 pub mod effects;
 pub mod message;
 pub mod notifier;
+pub mod provision;
 pub mod reconcile;
 pub mod settings;
 

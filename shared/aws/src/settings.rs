@@ -25,6 +25,9 @@ pub struct Settings {
     pub table_name: String,
     /// `TRELLIS_STEP_QUEUE_URL`: the SQS step queue.
     pub step_queue_url: String,
+    /// `TRELLIS_COMPLETION_QUEUE_URL`: the FIFO queue of child-run notices, grouped by parent
+    /// run so one parent's notices apply one at a time.
+    pub completion_queue_url: String,
     /// `TRELLIS_MAX_RECEIVE_COUNT` (default 5): the step queue's `maxReceiveCount`; the
     /// dispatcher fails a run on that delivery instead of letting its step reach the DLQ.
     pub max_receive_count: u32,
@@ -79,6 +82,7 @@ impl Settings {
         Ok(Self {
             table_name: required(lookup, "TRELLIS_TABLE_NAME")?,
             step_queue_url: required(lookup, "TRELLIS_STEP_QUEUE_URL")?,
+            completion_queue_url: required(lookup, "TRELLIS_COMPLETION_QUEUE_URL")?,
             max_receive_count,
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
@@ -132,7 +136,13 @@ mod tests {
             Settings::from_lookup(&bad),
             Err(SettingsError::Invalid { name: "TRELLIS_MAX_RECEIVE_COUNT", .. })
         ));
-        let good = lookup(&[("TRELLIS_TABLE_NAME", "t"), ("TRELLIS_STEP_QUEUE_URL", "q")]);
+        let partial = lookup(&[("TRELLIS_TABLE_NAME", "t"), ("TRELLIS_STEP_QUEUE_URL", "q")]);
+        assert_eq!(Settings::from_lookup(&partial), Err(SettingsError::Missing("TRELLIS_COMPLETION_QUEUE_URL")));
+        let good = lookup(&[
+            ("TRELLIS_TABLE_NAME", "t"),
+            ("TRELLIS_STEP_QUEUE_URL", "q"),
+            ("TRELLIS_COMPLETION_QUEUE_URL", "c"),
+        ]);
         assert_eq!(Settings::from_lookup(&good).unwrap().max_receive_count, 5);
         let short = lookup(&[("TRELLIS_API_KEYS", "[]"), ("TRELLIS_CURSOR_SECRET", "short")]);
         assert!(matches!(

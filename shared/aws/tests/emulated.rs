@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -51,6 +51,7 @@ struct Stack {
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
     dlq_url: String,
+    completion_url: String,
     /// Dispatcher items handled, per run and effect kind.
     invocations: HashMap<(String, String), usize>,
 }
@@ -62,31 +63,13 @@ async fn stack() -> Stack {
     let ddb = aws_sdk_dynamodb::Client::new(&config);
     trellis_store_dynamodb::create_table(&ddb, &table).await.expect("table");
     let sqs = aws_sdk_sqs::Client::new(&config);
-    let dlq = sqs.create_queue().queue_name(format!("steps-dlq-{suffix}")).send().await.expect("dlq");
-    let dlq_url = dlq.queue_url().unwrap().to_owned();
-    let dlq_arn = sqs
-        .get_queue_attributes()
-        .queue_url(&dlq_url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes()
-        .unwrap()[&QueueAttributeName::QueueArn]
-        .clone();
-    let redrive = json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVES}).to_string();
-    let queue = sqs
-        .create_queue()
-        .queue_name(format!("steps-{suffix}"))
-        .attributes(QueueAttributeName::VisibilityTimeout, "1")
-        .attributes(QueueAttributeName::RedrivePolicy, redrive)
-        .send()
-        .await
-        .expect("queue");
-    let queue_url = queue.queue_url().unwrap().to_owned();
+    let queues =
+        trellis_aws::provision::create_queues(&sqs, &format!("e2e-{suffix}"), MAX_RECEIVES, 1).await.expect("queues");
+    let (queue_url, dlq_url) = (queues.step.clone(), queues.step_dlq.clone());
     let settings = Settings {
         table_name: table,
         step_queue_url: queue_url.clone(),
+        completion_queue_url: queues.completion.clone(),
         max_receive_count: MAX_RECEIVES,
         limits: HostLimits::default(),
     };
@@ -94,7 +77,7 @@ async fn stack() -> Stack {
     let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*"]}]);
     let api = ApiSettings { api_keys: keys.to_string(), cursor_secret: "s".repeat(32), stream_max_seconds: 30 };
     let router = trellis_http::router(app.api_state(&api).await.expect("api state"));
-    Stack { app, router, sqs, queue_url, dlq_url, invocations: HashMap::new() }
+    Stack { app, router, sqs, queue_url, dlq_url, completion_url: queues.completion, invocations: HashMap::new() }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -200,19 +183,31 @@ impl Stack {
                 return snapshot;
             }
             assert!(started.elapsed() < within, "run {run_id} not terminal within {within:?}: {snapshot}");
-            let Some(message) = self.receive(&self.queue_url.clone()).await else {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            };
-            self.count(message.body().unwrap_or(""));
-            let event = Self::single(&message);
-            let mut failed = !handle_batch(&self.app, event.clone()).await.batch_item_failures.is_empty();
-            if twice {
-                failed |= !handle_batch(&self.app, event).await.batch_item_failures.is_empty();
+            let mut idle = true;
+            for (queue, fifo) in [(self.queue_url.clone(), false), (self.completion_url.clone(), true)] {
+                let Some(message) = self.receive(&queue).await else { continue };
+                idle = false;
+                self.count(message.body().unwrap_or(""));
+                let event = Self::single(&message);
+                let handle = |event| async {
+                    let response = if fifo {
+                        trellis_aws::dispatch::handle_fifo_batch(&self.app, event).await
+                    } else {
+                        handle_batch(&self.app, event).await
+                    };
+                    !response.batch_item_failures.is_empty()
+                };
+                let mut failed = handle(event.clone()).await;
+                if twice {
+                    failed |= handle(event).await;
+                }
+                if !failed {
+                    let receipt = message.receipt_handle().unwrap();
+                    self.sqs.delete_message().queue_url(&queue).receipt_handle(receipt).send().await.unwrap();
+                }
             }
-            if !failed {
-                let handle = message.receipt_handle().unwrap();
-                self.sqs.delete_message().queue_url(&self.queue_url).receipt_handle(handle).send().await.unwrap();
+            if idle {
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     }
@@ -292,6 +287,50 @@ fn scenarios() -> Vec<Scenario> {
             cancel: Cancel::WhenParked,
             nodes_run: 1,
         },
+        Scenario {
+            name: "parent with a completing child",
+            workflow: "conformance-subworkflow-parent",
+            inputs: json!({}),
+            cancel: Cancel::Never,
+            nodes_run: 3,
+        },
+        Scenario {
+            name: "failing child, fail-parent",
+            workflow: "strict-parent",
+            inputs: json!({}),
+            cancel: Cancel::Never,
+            nodes_run: 1,
+        },
+        Scenario {
+            name: "failing child, absorb",
+            workflow: "lenient-parent",
+            inputs: json!({}),
+            cancel: Cancel::Never,
+            nodes_run: 2,
+        },
+        Scenario {
+            name: "cancel of a parent with a running child",
+            workflow: "waiting-parent",
+            inputs: json!({}),
+            cancel: Cancel::WhenParked,
+            nodes_run: 1,
+        },
+    ]
+}
+
+/// The workflows the scenarios use beyond the bundled fixtures.
+fn extra_workflows() -> Vec<Value> {
+    let parent = |id: &str, child: &str, on_failure: &str| {
+        json!({"id": id, "name": id, "version": "1",
+            "nodes": [{"id": "call", "typeId": "core.subWorkflow", "config": {"workflowId": child, "onChildFailure": on_failure}},
+                      {"id": "after", "typeId": "core.noop"}],
+            "edges": [{"id": "e", "sourceNodeId": "call", "targetNodeId": "after"}]})
+    };
+    vec![
+        fan_out_join(),
+        parent("strict-parent", "conformance-failure", "fail-parent"),
+        parent("lenient-parent", "conformance-failure", "absorb"),
+        parent("waiting-parent", "conformance-cancellable", "fail-parent"),
     ]
 }
 
@@ -434,7 +473,9 @@ async fn embedded_host(hold_worker: bool) -> (trellis::host::EmbeddedHost, Embed
     let options = trellis::host::HostOptions { api_key: Some(KEY.to_owned()), hold_worker, ..Default::default() };
     let host = trellis::host::EmbeddedHost::start(&args, options).await.expect("embedded host");
     let client = EmbeddedClient { base: format!("http://{}", host.addr), http: reqwest::Client::new() };
-    client.send(reqwest::Method::POST, "/v1/workflows", Some(fan_out_join())).await;
+    for definition in extra_workflows() {
+        client.send(reqwest::Method::POST, "/v1/workflows", Some(definition)).await;
+    }
     (host, client)
 }
 
@@ -444,8 +485,9 @@ async fn scenarios_match_the_embedded_host_and_each_node_is_one_invocation() {
         return;
     }
     let mut aws = stack().await;
-    let (status, _) = aws.api("POST", "/v1/workflows", Some(fan_out_join())).await;
-    assert_eq!(status, 201);
+    for definition in extra_workflows() {
+        assert_eq!(aws.api("POST", "/v1/workflows", Some(definition)).await.0, 201);
+    }
     for scenario in scenarios() {
         let on_aws = run_on_aws(&mut aws, &scenario, false).await;
         let on_embedded = run_embedded(&scenario).await;
@@ -459,8 +501,9 @@ async fn every_message_delivered_twice_gives_the_same_log() {
         return;
     }
     let mut aws = stack().await;
-    let (status, _) = aws.api("POST", "/v1/workflows", Some(fan_out_join())).await;
-    assert_eq!(status, 201);
+    for definition in extra_workflows() {
+        assert_eq!(aws.api("POST", "/v1/workflows", Some(definition)).await.0, 201);
+    }
     for scenario in scenarios().into_iter().filter(|s| matches!(s.cancel, Cancel::Never)) {
         let once = run_on_aws(&mut aws, &scenario, false).await;
         let twice = run_on_aws(&mut aws, &scenario, true).await;

@@ -21,6 +21,14 @@ pub const FIXTURES: &[(&str, &str)] = &[
         "conformance-run-duration-breach.json",
         include_str!("../../../conformance/fixtures/conformance-run-duration-breach.json"),
     ),
+    (
+        "conformance-subworkflow-child.json",
+        include_str!("../../../conformance/fixtures/conformance-subworkflow-child.json"),
+    ),
+    (
+        "conformance-subworkflow-parent.json",
+        include_str!("../../../conformance/fixtures/conformance-subworkflow-parent.json"),
+    ),
 ];
 
 /// The fixture ids the expectation table covers, in table order.

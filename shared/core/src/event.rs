@@ -26,6 +26,8 @@ pub mod types {
     pub const NODE_FAILED: &str = "node.failed";
     /// A node was not taken.
     pub const NODE_SKIPPED: &str = "node.skipped";
+    /// A node started a child run.
+    pub const NODE_DISPATCHED: &str = "node.dispatched";
     /// A scheduled or waiting node was cancelled.
     pub const NODE_CANCELLED: &str = "node.cancelled";
     /// A limit was breached.

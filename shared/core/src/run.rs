@@ -67,6 +67,8 @@ pub enum NodeStatus {
     Scheduled,
     /// Started and parked on a timer (`core.delay`).
     Waiting,
+    /// Started a child run and waits for it to end (`core.subWorkflow`).
+    WaitingChild,
     /// Done.
     Completed,
     /// Failed.
@@ -94,6 +96,32 @@ pub struct NodeState {
     /// Outputs of the last completion.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub outputs: Map<String, Value>,
+    /// The child run this node started, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_run_id: Option<String>,
+    /// The child's workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_workflow_id: Option<String>,
+    /// The child's last known status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_status: Option<RunStatus>,
+}
+
+impl NodeState {
+    /// Scheduled, parked on a timer, or waiting for a child.
+    pub fn is_active(&self) -> bool {
+        matches!(self.status, NodeStatus::Scheduled | NodeStatus::Waiting | NodeStatus::WaitingChild)
+    }
+}
+
+/// The parent of a child run (`core.subWorkflow`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentLink {
+    /// The parent run.
+    pub run_id: String,
+    /// The parent's node that started this run.
+    pub node_id: String,
 }
 
 /// Resolution of one edge.
@@ -219,6 +247,9 @@ pub struct RunState {
     /// Caller-supplied scope id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope_id: Option<String>,
+    /// The parent, when this is a child run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentLink>,
 }
 
 impl RunState {
@@ -226,7 +257,9 @@ impl RunState {
     pub fn current_node(&self) -> Option<&str> {
         self.nodes
             .iter()
-            .find(|(_, node)| matches!(node.status, NodeStatus::Waiting | NodeStatus::Scheduled))
+            .find(|(_, node)| {
+                matches!(node.status, NodeStatus::Waiting | NodeStatus::WaitingChild | NodeStatus::Scheduled)
+            })
             .map(|(id, _)| id.as_str())
     }
 }

@@ -55,6 +55,7 @@ pub fn pending_run(workflow: &Workflow, run_id: &str, tenant: &str) -> RunState 
         tags: Vec::new(),
         metadata: None,
         scope_id: None,
+        parent: None,
     }
 }
 

@@ -45,6 +45,7 @@ impl Discovery {
             },
         });
         document["debugBundle"] = json!({ "supported": true });
+        document["subWorkflow"] = json!({ "inputMapping": true });
         document["idempotency"] =
             json!({ "supported": true, "layer1RetentionSeconds": 86_400, "crossRegion": "single-region" });
         if !fixtures.is_empty() {

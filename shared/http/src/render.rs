@@ -68,6 +68,22 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
     if let Some(scope) = &run.scope_id {
         doc["scopeId"] = json!(scope);
     }
+    if let Some(parent) = &run.parent {
+        doc["parentRunId"] = json!(parent.run_id);
+        doc["parentNodeId"] = json!(parent.node_id);
+    }
+    let children: Vec<Value> = run
+        .nodes
+        .iter()
+        .filter_map(|(node_id, node)| {
+            let child = node.child_run_id.as_ref()?;
+            let status = node.child_status.map_or("pending", |status| status.as_str());
+            Some(json!({ "runId": child, "nodeId": node_id, "status": status }))
+        })
+        .collect();
+    if !children.is_empty() {
+        doc["childRuns"] = json!(children);
+    }
     doc
 }
 

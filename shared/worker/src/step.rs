@@ -2,7 +2,7 @@
 //! caller's (the local queue, or the SQS event-source mapping).
 
 use tracing::{debug, warn};
-use trellis_core::engine::{outstanding_effects, Effect, Verdict};
+use trellis_core::engine::{outstanding_effects, Effect, Input, Verdict, PARENT_CANCELLED};
 use trellis_core::ports::Task;
 use trellis_core::service::Services;
 use trellis_core::timefmt::Millis;
@@ -35,9 +35,25 @@ pub async fn process_task(
     task: &Task,
     crash: Option<CrashPoint>,
 ) -> Result<TaskResult, ServiceError> {
-    let input = task.effect.input();
+    let (target, input) = match &task.effect {
+        Effect::StartChild { node_id, child_run_id, workflow_id, .. } => {
+            let started = services.start_child(&task.run_id, node_id, child_run_id, workflow_id).await?;
+            debug!(run_id = %task.run_id, child = %child_run_id, ?started, "child start");
+            return Ok(TaskResult::Applied);
+        }
+        Effect::CancelChild { child_run_id, .. } => {
+            (child_run_id.clone(), Input::Cancel { reason: Some(PARENT_CANCELLED.to_owned()) })
+        }
+        Effect::NotifyParent { parent_run_id, parent_node_id, .. } => {
+            match services.child_outcome(&task.run_id, parent_node_id).await? {
+                Some(input) => (parent_run_id.clone(), input),
+                None => return Ok(TaskResult::Ignored),
+            }
+        }
+        other => (task.run_id.clone(), other.input().expect("own-run effects have an input")),
+    };
     for _ in 0..MAX_RACES {
-        let Some(decision) = services.decide(&task.run_id, input.clone()).await? else {
+        let Some(decision) = services.decide(&target, input.clone()).await? else {
             warn!(run_id = %task.run_id, task = %task.id, "task for an unknown run; dropping it");
             return Ok(TaskResult::Ignored);
         };
@@ -55,14 +71,14 @@ pub async fn process_task(
                     Err(error) => return Err(error.into()),
                 }
                 maybe_crash(crash, CrashPoint::AfterCommit);
-                services.send_effects(&task.run_id, &outcome.effects).await;
+                services.send_effects(&target, &outcome.effects).await;
                 maybe_crash(crash, CrashPoint::AfterEffects);
                 debug!(run_id = %task.run_id, task = %task.id, events = outcome.events.len(), "task applied");
                 return Ok(TaskResult::Applied);
             }
             Verdict::Stale => {
-                services.effects.resend_outstanding(&task.run_id, &outstanding_effects(&decision.run)).await?;
-                services.notifier.committed(&task.run_id);
+                services.effects.resend_outstanding(&target, &outstanding_effects(&decision.run)).await?;
+                services.notifier.committed(&target);
                 return Ok(TaskResult::Repaired);
             }
             Verdict::Ignored(reason) => {
@@ -75,7 +91,7 @@ pub async fn process_task(
                 let retry_at = match &task.effect {
                     Effect::Wake { node_id, .. } => run.nodes.get(node_id).and_then(|node| node.wake_at),
                     Effect::Deadline { .. } => run.started_at.map(|at| at.saturating_add(run.limits.run_duration_ms)),
-                    Effect::Step { .. } => None,
+                    _ => None,
                 };
                 return Ok(TaskResult::Deferred(retry_at.unwrap_or(now + DEFER_MS).max(now)));
             }

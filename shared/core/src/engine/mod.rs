@@ -15,6 +15,7 @@ use crate::event::RunEvent;
 use crate::run::{NodeStatus, RunState, RunStatus};
 use crate::timefmt::Millis;
 
+pub use progress::PARENT_CANCELLED;
 pub use transitions::apply;
 
 /// The engine version stamped on `run.started` and snapshots.
@@ -41,6 +42,19 @@ pub enum Input {
     },
     /// The run's duration budget ran out.
     Deadline,
+    /// A child run started by a node ended.
+    ChildFinished {
+        /// The parent's node.
+        node_id: String,
+        /// The child run.
+        child_run_id: String,
+        /// Its terminal status.
+        status: RunStatus,
+        /// Its variables at the end.
+        variables: serde_json::Map<String, serde_json::Value>,
+        /// Why it could not run or failed, when it did not complete.
+        error: Option<crate::run::RunError>,
+    },
     /// A task could not be processed on its last allowed delivery (serverless queues).
     DeliveryExhausted {
         /// The task's id.
@@ -84,14 +98,71 @@ pub enum Effect {
         /// When.
         due_at: Millis,
     },
+    /// Create the child run `child_run_id` of `workflow_id` for `node_id`, if the node still
+    /// waits for it.
+    #[serde(rename_all = "camelCase")]
+    StartChild {
+        /// The parent's node.
+        node_id: String,
+        /// Its activation.
+        activation: u32,
+        /// The child's deterministic id.
+        child_run_id: String,
+        /// The child's workflow.
+        workflow_id: String,
+        /// When.
+        due_at: Millis,
+    },
+    /// Cancel the child run (the parent was cancelled).
+    #[serde(rename_all = "camelCase")]
+    CancelChild {
+        /// The child run.
+        child_run_id: String,
+        /// When.
+        due_at: Millis,
+    },
+    /// Tell the parent that this child run ended.
+    #[serde(rename_all = "camelCase")]
+    NotifyParent {
+        /// The parent run.
+        parent_run_id: String,
+        /// The parent's node.
+        parent_node_id: String,
+        /// When.
+        due_at: Millis,
+    },
 }
 
 impl Effect {
     /// When the task is due.
     pub fn due_at(&self) -> Millis {
         match self {
-            Self::Step { due_at, .. } | Self::Wake { due_at, .. } | Self::Deadline { due_at } => *due_at,
+            Self::Step { due_at, .. }
+            | Self::Wake { due_at, .. }
+            | Self::Deadline { due_at }
+            | Self::StartChild { due_at, .. }
+            | Self::CancelChild { due_at, .. }
+            | Self::NotifyParent { due_at, .. } => *due_at,
         }
+    }
+
+    /// The same effect, due at `at`.
+    pub fn due(mut self, at: Millis) -> Self {
+        match &mut self {
+            Self::Step { due_at, .. }
+            | Self::Wake { due_at, .. }
+            | Self::Deadline { due_at }
+            | Self::StartChild { due_at, .. }
+            | Self::CancelChild { due_at, .. }
+            | Self::NotifyParent { due_at, .. } => *due_at = at,
+        }
+        self
+    }
+
+    /// Whether this effect is a notice to a parent run (the serverless completion queue
+    /// carries these; everything else goes to the step queue).
+    pub fn is_parent_notice(&self) -> bool {
+        matches!(self, Self::NotifyParent { .. })
     }
 
     /// A deterministic task id for this effect of `run_id`.
@@ -100,15 +171,24 @@ impl Effect {
             Self::Step { node_id, activation, .. } => format!("{run_id}/step/{node_id}/{activation}"),
             Self::Wake { node_id, activation, .. } => format!("{run_id}/wake/{node_id}/{activation}"),
             Self::Deadline { .. } => format!("{run_id}/deadline"),
+            Self::StartChild { node_id, activation, .. } => format!("{run_id}/start-child/{node_id}/{activation}"),
+            Self::CancelChild { child_run_id, .. } => format!("{run_id}/cancel-child/{child_run_id}"),
+            Self::NotifyParent { .. } => format!("{run_id}/notify-parent"),
         }
     }
 
-    /// The input this effect feeds back into the engine when its task runs.
-    pub fn input(&self) -> Input {
+    /// The input this effect feeds back into its own run when its task runs; `None` for the
+    /// effects that act on another run (child creation, cancel and notices).
+    pub fn input(&self) -> Option<Input> {
         match self {
-            Self::Step { node_id, activation, .. } => Input::Step { node_id: node_id.clone(), activation: *activation },
-            Self::Wake { node_id, activation, .. } => Input::Wake { node_id: node_id.clone(), activation: *activation },
-            Self::Deadline { .. } => Input::Deadline,
+            Self::Step { node_id, activation, .. } => {
+                Some(Input::Step { node_id: node_id.clone(), activation: *activation })
+            }
+            Self::Wake { node_id, activation, .. } => {
+                Some(Input::Wake { node_id: node_id.clone(), activation: *activation })
+            }
+            Self::Deadline { .. } => Some(Input::Deadline),
+            Self::StartChild { .. } | Self::CancelChild { .. } | Self::NotifyParent { .. } => None,
         }
     }
 }
@@ -157,6 +237,16 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
                 node_id: node_id.clone(),
                 activation: node.activation,
                 due_at: node.wake_at.unwrap_or_default(),
+            }),
+            NodeStatus::WaitingChild => node.child_run_id.as_ref().and_then(|child_run_id| {
+                let workflow_id = node.child_workflow_id.clone()?;
+                Some(Effect::StartChild {
+                    node_id: node_id.clone(),
+                    activation: node.activation,
+                    child_run_id: child_run_id.clone(),
+                    workflow_id,
+                    due_at: state.started_at.unwrap_or(state.created_at),
+                })
             }),
             _ => None,
         })

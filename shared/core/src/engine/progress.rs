@@ -4,15 +4,20 @@
 use std::collections::VecDeque;
 
 use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
 
 use super::{Effect, Outcome, Verdict, ENGINE_VERSION};
 use crate::event::{types, RunEvent};
 use crate::model::condition;
 use crate::model::definition::{PortRef, PortValue};
 use crate::model::Workflow;
+use crate::nodes::subworkflow::SubWorkflowConfig;
 use crate::nodes::{self, NodeContext, NodeOutcome};
 use crate::run::{EdgeStatus, NodeState, NodeStatus, RunError, RunState, RunStatus};
 use crate::timefmt::Millis;
+
+/// The cancel reason a cascade from a parent carries.
+pub const PARENT_CANCELLED: &str = "parent-cancelled";
 
 /// One application of an input: accumulates events and effects against a working copy of
 /// the state, which replaces the caller's only when the verdict is [`Verdict::Applied`].
@@ -125,7 +130,7 @@ impl<'a> Transition<'a> {
             )),
         };
         match outcome {
-            NodeOutcome::Completed(outputs) => self.complete_node(node_id, outputs),
+            NodeOutcome::Completed(outputs) => self.complete_node(node_id, outputs, true),
             NodeOutcome::Failed(error) => self.fail_node(node_id, error),
             NodeOutcome::SleepUntil(due_at) => {
                 let node = self.node_mut(node_id);
@@ -134,6 +139,77 @@ impl<'a> Transition<'a> {
                 let activation = node.activation;
                 self.effects.push(Effect::Wake { node_id: node_id.to_owned(), activation, due_at });
             }
+            NodeOutcome::SpawnChild { workflow_id } => self.spawn_child(node_id, workflow_id),
+        }
+        Verdict::Applied
+    }
+
+    fn spawn_child(&mut self, node_id: &str, workflow_id: String) {
+        let now = self.now;
+        let run_id = self.state.run_id.clone();
+        let node = self.node_mut(node_id);
+        let activation = node.activation;
+        let digest = Sha256::digest(format!("{run_id}\n{node_id}\n{activation}").as_bytes());
+        let child_run_id = format!("run-{}", &hex::encode(digest)[..32]);
+        node.status = NodeStatus::WaitingChild;
+        node.child_run_id = Some(child_run_id.clone());
+        node.child_workflow_id = Some(workflow_id.clone());
+        node.child_status = Some(RunStatus::Pending);
+        let payload = json!({ "childRunId": child_run_id, "childWorkflowId": workflow_id, "childStatus": "pending" });
+        self.emit(types::NODE_DISPATCHED, Some(node_id), payload);
+        self.effects.push(Effect::StartChild {
+            node_id: node_id.to_owned(),
+            activation,
+            child_run_id,
+            workflow_id,
+            due_at: now,
+        });
+    }
+
+    pub(super) fn child_finished(
+        &mut self,
+        node_id: &str,
+        child_run_id: &str,
+        status: RunStatus,
+        variables: &Map<String, Value>,
+        error: Option<RunError>,
+    ) -> Verdict {
+        let waiting = self.state.nodes.get(node_id).is_some_and(|node| {
+            node.status == NodeStatus::WaitingChild && node.child_run_id.as_deref() == Some(child_run_id)
+        });
+        if !waiting || !status.is_terminal() {
+            return Verdict::Stale;
+        }
+        let Some(config) = self.workflow.node(node_id).and_then(|node| SubWorkflowConfig::parse(&node.config).ok())
+        else {
+            return Verdict::Stale;
+        };
+        self.node_mut(node_id).child_status = Some(status);
+        let mut outputs = Map::new();
+        outputs.insert("childRunId".into(), json!(child_run_id));
+        outputs.insert("childStatus".into(), json!(status.as_str()));
+        if status == RunStatus::Completed {
+            // Applied once: the node leaves WaitingChild here. A child variable that is not
+            // set leaves the parent's variable as it is.
+            for (parent_var, child_var) in &config.output_mapping {
+                if let Some(value) = variables.get(child_var) {
+                    self.state.variables.insert(parent_var.clone(), value.clone());
+                }
+            }
+            self.complete_node(node_id, outputs, false);
+        } else if config.absorb_failure {
+            self.complete_node(node_id, outputs, false);
+        } else {
+            let mut failure = error
+                .unwrap_or_else(|| RunError::new("child_failed", format!("the child run ended {}", status.as_str())));
+            if failure.code != "unknown_child_workflow" {
+                failure = RunError::new(
+                    "child_failed",
+                    format!("the child run ended {}: {}", status.as_str(), failure.message),
+                );
+            }
+            failure.details = Some(json!({ "childRunId": child_run_id, "childStatus": status.as_str() }));
+            self.fail_node(node_id, failure);
         }
         Verdict::Applied
     }
@@ -144,7 +220,7 @@ impl<'a> Transition<'a> {
                 if node.wake_at.is_some_and(|due| due > self.now) {
                     return Verdict::Later;
                 }
-                self.complete_node(node_id, Map::new());
+                self.complete_node(node_id, Map::new(), true);
                 Verdict::Applied
             }
             _ => Verdict::Stale,
@@ -195,8 +271,12 @@ impl<'a> Transition<'a> {
         self.state.status = RunStatus::Cancelled;
         self.state.cancel_reason = Some(reason.clone());
         self.state.ended_at = Some(self.now);
-        let payload = json!({ "reason": reason, "durationMs": self.elapsed_since_start() });
+        let mut payload = json!({ "reason": reason, "durationMs": self.elapsed_since_start() });
+        if let Some(parent) = self.state.parent.as_ref().filter(|_| reason == PARENT_CANCELLED) {
+            payload["parentRunId"] = json!(parent.run_id);
+        }
         self.emit(types::RUN_CANCELLED, None, payload);
+        self.notify_parent();
         Verdict::Applied
     }
 
@@ -209,6 +289,9 @@ impl<'a> Transition<'a> {
             wake_at: None,
             started_at: None,
             outputs: Map::new(),
+            child_run_id: None,
+            child_workflow_id: None,
+            child_status: None,
         })
     }
 
@@ -244,7 +327,8 @@ impl<'a> Transition<'a> {
         Ok(resolved)
     }
 
-    fn complete_node(&mut self, node_id: &str, outputs: Map<String, Value>) {
+    /// Completes a node; `merge` copies its outputs into the run's variables.
+    fn complete_node(&mut self, node_id: &str, outputs: Map<String, Value>, merge: bool) {
         let Some(index) = self.workflow.graph.index_of(node_id) else { return };
         let mut resolutions = Vec::new();
         for &edge in &self.workflow.graph.outgoing[index] {
@@ -263,8 +347,10 @@ impl<'a> Transition<'a> {
         let started = self.state.nodes.get(node_id).and_then(|n| n.started_at).unwrap_or(self.now);
         let payload = json!({ "nodeId": node_id, "outputs": outputs, "durationMs": self.now.saturating_sub(started) });
         self.emit(types::NODE_COMPLETED, Some(node_id), payload);
-        for (key, value) in &outputs {
-            self.state.variables.insert(key.clone(), value.clone());
+        if merge {
+            for (key, value) in &outputs {
+                self.state.variables.insert(key.clone(), value.clone());
+            }
         }
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Completed;
@@ -276,7 +362,7 @@ impl<'a> Transition<'a> {
             targets.push_back(self.workflow.graph.ends[edge].1);
         }
         self.propagate(targets);
-        if !self.state.nodes.values().any(|n| matches!(n.status, NodeStatus::Scheduled | NodeStatus::Waiting)) {
+        if !self.state.nodes.values().any(|n| n.is_active()) {
             self.complete_run();
         }
     }
@@ -323,6 +409,18 @@ impl<'a> Transition<'a> {
         self.state.ended_at = Some(self.now);
         let payload = json!({ "outputs": outputs, "durationMs": self.elapsed_since_start() });
         self.emit(types::RUN_COMPLETED, None, payload);
+        self.notify_parent();
+    }
+
+    /// A child run that ends tells its parent.
+    fn notify_parent(&mut self) {
+        if let Some(parent) = &self.state.parent {
+            self.effects.push(Effect::NotifyParent {
+                parent_run_id: parent.run_id.clone(),
+                parent_node_id: parent.node_id.clone(),
+                due_at: self.now,
+            });
+        }
     }
 
     fn fail_node(&mut self, node_id: &str, error: RunError) {
@@ -343,21 +441,27 @@ impl<'a> Transition<'a> {
         self.state.error = Some(error);
         self.state.ended_at = Some(self.now);
         self.emit(types::RUN_FAILED, None, payload);
+        self.notify_parent();
     }
 
     fn cancel_active_nodes(&mut self, reason: &str) {
-        let active: Vec<String> = self
-            .state
-            .nodes
-            .iter()
-            .filter(|(_, node)| matches!(node.status, NodeStatus::Scheduled | NodeStatus::Waiting))
-            .map(|(id, _)| id.clone())
-            .collect();
+        let active: Vec<String> =
+            self.state.nodes.iter().filter(|(_, node)| node.is_active()).map(|(id, _)| id.clone()).collect();
+        let now = self.now;
         for node_id in active {
+            let propagate = self
+                .workflow
+                .node(&node_id)
+                .and_then(|node| SubWorkflowConfig::parse(&node.config).ok())
+                .is_none_or(|config| config.propagate_cancellation);
             let node = self.node_mut(&node_id);
+            let child = (node.status == NodeStatus::WaitingChild).then(|| node.child_run_id.clone()).flatten();
             node.status = NodeStatus::Cancelled;
             node.wake_at = None;
             self.emit(types::NODE_CANCELLED, Some(&node_id), json!({ "nodeId": node_id, "reason": reason }));
+            if let Some(child_run_id) = child.filter(|_| propagate) {
+                self.effects.push(Effect::CancelChild { child_run_id, due_at: now });
+            }
         }
     }
 }

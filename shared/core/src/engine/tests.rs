@@ -36,7 +36,7 @@ fn drive(workflow: &Workflow, state: &mut RunState, now: Millis) -> Vec<(String,
         log.extend(outcome.events.iter().map(|e| (e.event_type.clone(), e.node_id.clone())));
         for effect in outcome.effects.into_iter().rev() {
             if matches!(effect, Effect::Step { .. }) {
-                queue.push(effect.input());
+                queue.push(effect.input().expect("step effects have inputs"));
             }
         }
     }
@@ -291,4 +291,94 @@ fn exhausted_delivery_fails_the_run_once() {
     assert_eq!(state.error.as_ref().unwrap().code, "step_delivery_exhausted");
     let again = apply(&wf, &mut state, Input::DeliveryExhausted { task_id: "run-1/step/a/1".into() }, 6);
     assert_eq!(again.verdict, Verdict::Ignored("run is terminal"));
+}
+
+fn parent_workflow(on_failure: &str) -> Workflow {
+    workflow(
+        json!([
+            {"id": "call", "typeId": "core.subWorkflow", "config": {
+                "workflowId": "child", "onChildFailure": on_failure, "outputMapping": {"result": "childResult"}}},
+            {"id": "after", "typeId": "core.noop"}
+        ]),
+        json!([{"id": "e", "sourceNodeId": "call", "targetNodeId": "after"}]),
+    )
+}
+
+fn spawned(wf: &Workflow) -> (RunState, String) {
+    let mut state = pending(wf, json!({}));
+    apply(wf, &mut state, Input::Start, 0);
+    let outcome = apply(wf, &mut state, Input::Step { node_id: "call".into(), activation: 1 }, 1);
+    let kinds: Vec<_> = outcome.events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(kinds, ["node.started", "node.dispatched"]);
+    let Effect::StartChild { child_run_id, workflow_id, .. } = &outcome.effects[0] else {
+        panic!("{:?}", outcome.effects)
+    };
+    assert_eq!(workflow_id, "child");
+    assert_eq!(outcome.events[1].payload["childRunId"], json!(child_run_id));
+    (state, child_run_id.clone())
+}
+
+fn finished(child_run_id: &str, status: RunStatus, variables: Value) -> Input {
+    Input::ChildFinished {
+        node_id: "call".into(),
+        child_run_id: child_run_id.into(),
+        status,
+        variables: variables.as_object().unwrap().clone(),
+        error: None,
+    }
+}
+
+#[test]
+fn a_completed_child_maps_its_outputs_once_and_the_parent_moves_on() {
+    let wf = parent_workflow("fail-parent");
+    let (mut state, child) = spawned(&wf);
+    let (again, _) = spawned(&wf);
+    assert_eq!(again.nodes["call"].child_run_id.as_deref(), Some(child.as_str()), "child ids are deterministic");
+    let done = apply(&wf, &mut state, finished(&child, RunStatus::Completed, json!({"childResult": "ok"})), 5);
+    assert_eq!(done.events[0].event_type, "node.completed");
+    assert_eq!(done.events[0].payload["outputs"], json!({"childRunId": child, "childStatus": "completed"}));
+    assert_eq!(state.variables["result"], "ok");
+    assert!(!state.variables.contains_key("childRunId"), "the node's outputs are not merged into variables");
+    assert_eq!(done.effects, vec![Effect::Step { node_id: "after".into(), activation: 1, due_at: 5 }]);
+    let late = apply(&wf, &mut state, finished(&child, RunStatus::Completed, json!({"childResult": "again"})), 6);
+    assert_eq!(late.verdict, Verdict::Stale, "a duplicate notice changes nothing");
+    assert_eq!(state.variables["result"], "ok");
+}
+
+#[test]
+fn a_failed_child_fails_the_parent_or_is_absorbed() {
+    let wf = parent_workflow("fail-parent");
+    let (mut state, child) = spawned(&wf);
+    let failed = apply(&wf, &mut state, finished(&child, RunStatus::Failed, json!({"childResult": "no"})), 5);
+    let kinds: Vec<_> = failed.events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(kinds, ["node.failed", "run.failed"]);
+    assert_eq!(state.error.as_ref().unwrap().code, "child_failed");
+    assert!(!state.variables.contains_key("result"), "no mapping from a failed child");
+
+    let wf = parent_workflow("absorb");
+    let (mut state, child) = spawned(&wf);
+    let absorbed = apply(&wf, &mut state, finished(&child, RunStatus::Cancelled, json!({})), 5);
+    assert_eq!(absorbed.events[0].payload["outputs"]["childStatus"], "cancelled");
+    assert_eq!(state.status, RunStatus::Running);
+}
+
+#[test]
+fn cancelling_a_parent_cancels_its_child_and_a_child_tells_its_parent() {
+    let wf = parent_workflow("fail-parent");
+    let (mut state, child) = spawned(&wf);
+    let cancelled = apply(&wf, &mut state, Input::Cancel { reason: None }, 5);
+    assert_eq!(state.status, RunStatus::Cancelled, "waiting on a child is parked");
+    assert_eq!(cancelled.effects, vec![Effect::CancelChild { child_run_id: child, due_at: 5 }]);
+
+    let child_wf = workflow(json!([{"id": "x", "typeId": "core.delay", "config": {"delayMs": 60000}}]), json!([]));
+    let mut child_state = pending(&child_wf, json!({}));
+    child_state.parent = Some(crate::run::ParentLink { run_id: "run-1".into(), node_id: "call".into() });
+    apply(&child_wf, &mut child_state, Input::Start, 0);
+    apply(&child_wf, &mut child_state, Input::Step { node_id: "x".into(), activation: 1 }, 0);
+    let ended = apply(&child_wf, &mut child_state, Input::Cancel { reason: Some(PARENT_CANCELLED.into()) }, 7);
+    assert_eq!(ended.events.last().unwrap().payload["parentRunId"], "run-1");
+    assert!(ended
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::NotifyParent { parent_node_id, .. } if parent_node_id == "call")));
 }

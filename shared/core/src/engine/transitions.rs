@@ -8,8 +8,11 @@
 //! | pending                        | step/wake/deadline | ignored (nothing was issued yet)                 |
 //! | running                        | step             | execute the node, or stale if it moved on          |
 //! | running                        | wake             | complete the parked node, or stale                 |
+//! | running, paused, waiting-*     | child finished   | node completes (output mapping) or fails, or stale |
+//! | pending                        | child finished   | ignored                                            |
+//! | cancelling                     | child finished   | cancelled                                          |
 //! | running, paused, waiting-*     | deadline         | `cap.breached` run-duration; failed `run_timeout`   |
-//! | running, paused, waiting-*     | cancel           | step in flight → cancelling; parked → cancelled    |
+//! | running, paused, waiting-*     | cancel           | step in flight → cancelling; parked (timer, child) → cancelled, child cancelled too |
 //! | paused, waiting-*              | step/wake        | later (keep the task until the run resumes)        |
 //! | running, paused, waiting-*     | start            | ignored (duplicate)                                |
 //! | cancelling                     | step/wake/deadline | cancelled; `node.cancelled`…, `run.cancelled`    |
@@ -45,6 +48,12 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
                 tx.cancel_now(reason)
             }
         }
+        (
+            Running | Paused | WaitingApproval | WaitingInput | WaitingExternal,
+            Input::ChildFinished { node_id, child_run_id, status, variables, error },
+        ) => tx.child_finished(&node_id, &child_run_id, status, &variables, error),
+        (Pending, Input::ChildFinished { .. }) => Verdict::Ignored("run has not started"),
+        (Cancelling, Input::ChildFinished { .. }) => tx.finish_cancel(),
         (Paused | WaitingApproval | WaitingInput | WaitingExternal, Input::Step { .. } | Input::Wake { .. }) => {
             Verdict::Later
         }

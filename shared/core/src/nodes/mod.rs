@@ -7,6 +7,7 @@ mod delay;
 mod fail;
 mod identity;
 mod noop;
+pub mod subworkflow;
 
 use serde_json::{Map, Value};
 
@@ -39,6 +40,11 @@ pub enum NodeOutcome {
     Failed(RunError),
     /// Park until the given time; then the node completes with no outputs.
     SleepUntil(Millis),
+    /// Start a child run of this workflow and wait for it to end.
+    SpawnChild {
+        /// The child's workflow id.
+        workflow_id: String,
+    },
 }
 
 /// One node kind.
@@ -50,7 +56,8 @@ pub trait NodeKind: Sync {
 }
 
 /// Every node kind this host runs.
-static KINDS: &[&dyn NodeKind] = &[&noop::Noop, &delay::Delay, &identity::Identity, &fail::Fail];
+static KINDS: &[&dyn NodeKind] =
+    &[&noop::Noop, &delay::Delay, &identity::Identity, &fail::Fail, &subworkflow::SubWorkflow];
 
 /// The kind implementing `type_id`, if this host runs it.
 pub fn kind(type_id: &str) -> Option<&'static dyn NodeKind> {

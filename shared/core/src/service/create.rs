@@ -75,35 +75,11 @@ impl Services {
         let inputs = seed_variables(&workflow, request.inputs)?;
 
         let now = self.clock.now();
-        let mut run = RunState {
-            run_id: self.ids.run_id(),
-            tenant: principal.tenant.clone(),
-            principal: principal.clone(),
-            workflow: WorkflowRef {
-                id: workflow.id().to_owned(),
-                version: workflow.definition.version.clone(),
-                content_hash: workflow.content_hash.clone(),
-                namespace,
-            },
-            status: RunStatus::Pending,
-            version: 0,
-            next_sequence: 0,
-            variables: inputs.clone(),
-            inputs,
-            nodes: Default::default(),
-            edges: vec![EdgeStatus::Unresolved; workflow.definition.edges.len()],
-            node_executions: 0,
-            limits,
-            created_at: now,
-            started_at: None,
-            ended_at: None,
-            error: None,
-            cancel_reason: None,
-            configurable: request.configurable,
-            tags: request.tags,
-            metadata: request.metadata,
-            scope_id: request.scope_id,
-        };
+        let mut run = new_run(self.ids.run_id(), principal, &workflow, namespace, inputs, limits, now);
+        run.configurable = request.configurable;
+        run.tags = request.tags;
+        run.metadata = request.metadata;
+        run.scope_id = request.scope_id;
         let outcome = engine::apply(&workflow, &mut run, Input::Start, now);
         run.version = 1;
         let record = idempotency.as_ref().map(|key| {
@@ -147,6 +123,48 @@ impl Services {
             limits.run_duration_ms = (timeout.floor() as u64).clamp(1, max_duration);
         }
         Ok(limits)
+    }
+}
+
+/// A pending run of `workflow` with seeded `inputs`, ready for the engine's start.
+pub(super) fn new_run(
+    run_id: String,
+    principal: &Principal,
+    workflow: &Workflow,
+    namespace: String,
+    inputs: Map<String, Value>,
+    limits: RunLimits,
+    now: crate::timefmt::Millis,
+) -> RunState {
+    RunState {
+        run_id,
+        tenant: principal.tenant.clone(),
+        principal: principal.clone(),
+        workflow: WorkflowRef {
+            id: workflow.id().to_owned(),
+            version: workflow.definition.version.clone(),
+            content_hash: workflow.content_hash.clone(),
+            namespace,
+        },
+        status: RunStatus::Pending,
+        version: 0,
+        next_sequence: 0,
+        variables: inputs.clone(),
+        inputs,
+        nodes: Default::default(),
+        edges: vec![EdgeStatus::Unresolved; workflow.definition.edges.len()],
+        node_executions: 0,
+        limits,
+        created_at: now,
+        started_at: None,
+        ended_at: None,
+        error: None,
+        cancel_reason: None,
+        configurable: None,
+        tags: Vec::new(),
+        metadata: None,
+        scope_id: None,
+        parent: None,
     }
 }
 

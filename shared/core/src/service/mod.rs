@@ -1,6 +1,7 @@
 //! The use cases, written once over the ports: create a run, read it and its events, cancel
 //! it, and advance it by one task. HTTP handlers and queue workers are thin callers.
 
+mod children;
 mod create;
 mod idempotency;
 mod workflows;
@@ -16,6 +17,7 @@ use crate::model::Workflow;
 use crate::ports::{Clock, EffectSink, IdGenerator, Notifier, RunFilter, RunPosition, Store};
 use crate::run::RunState;
 
+pub use children::ChildStart;
 pub use create::{CreateOutcome, IdempotencyKey};
 pub use idempotency::Begin;
 pub use workflows::LoadReport;

@@ -1,0 +1,155 @@
+//! Child runs of `core.subWorkflow`: creating the child a parent's node asked for (only while
+//! that node still waits for it, so a cancelled parent leaves no orphan), and turning a
+//! child's end into the parent's input.
+
+use serde_json::Map;
+
+use super::create::new_run;
+use super::Services;
+use crate::engine::{self, Input, Verdict};
+use crate::error::{ServiceError, StoreError};
+use crate::nodes::subworkflow::SubWorkflowConfig;
+use crate::ports::CreateResult;
+use crate::run::{NodeStatus, ParentLink, RunError, RunStatus};
+
+/// What starting a child did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildStart {
+    /// The child run was created and started.
+    Created,
+    /// It existed already (a redelivered task).
+    AlreadyExists,
+    /// The parent no longer waits for it (cancelled, failed, or moved on).
+    NotExpected,
+    /// The child workflow is unknown or not runnable; the parent's node failed.
+    Refused,
+}
+
+/// How often a use case re-decides after losing a version race.
+const RACES: usize = 16;
+
+impl Services {
+    /// Creates and starts child `child_run_id` of `workflow_id` for `parent_run_id`'s node.
+    pub async fn start_child(
+        &self,
+        parent_run_id: &str,
+        node_id: &str,
+        child_run_id: &str,
+        workflow_id: &str,
+    ) -> Result<ChildStart, ServiceError> {
+        let Some(parent) = self.store.load_run(parent_run_id).await? else { return Ok(ChildStart::NotExpected) };
+        let expects = !parent.status.is_terminal()
+            && parent.nodes.get(node_id).is_some_and(|node| {
+                node.status == NodeStatus::WaitingChild && node.child_run_id.as_deref() == Some(child_run_id)
+            });
+        if !expects {
+            return Ok(ChildStart::NotExpected);
+        }
+        if self.store.load_run(child_run_id).await?.is_some() {
+            return Ok(ChildStart::AlreadyExists);
+        }
+        let found = self.find_workflow(&parent.tenant, workflow_id).await;
+        let (namespace, workflow) = match found {
+            Ok((_, workflow)) if workflow.gap.is_some() => {
+                let gap = workflow.gap.clone().expect("checked");
+                let error = RunError::new(
+                    "unknown_child_workflow",
+                    format!("the child workflow cannot run here: {}", gap.message),
+                );
+                self.refuse_child(parent_run_id, node_id, child_run_id, error).await?;
+                return Ok(ChildStart::Refused);
+            }
+            Ok(found) => found,
+            Err(ServiceError::NotFound { .. }) => {
+                let error = RunError::new("unknown_child_workflow", format!("no workflow `{workflow_id}` is loaded"));
+                self.refuse_child(parent_run_id, node_id, child_run_id, error).await?;
+                return Ok(ChildStart::Refused);
+            }
+            Err(error) => return Err(error),
+        };
+        let mut inputs = Map::new();
+        for variable in &workflow.definition.variables {
+            if let Some(default) = &variable.default_value {
+                inputs.insert(variable.name.clone(), default.clone());
+            }
+        }
+        let parent_workflow = self.pinned_workflow(&parent).await?;
+        let config = parent_workflow.node(node_id).and_then(|node| SubWorkflowConfig::parse(&node.config).ok());
+        for (child_var, parent_var) in config.map(|c| c.input_mapping).unwrap_or_default() {
+            // An unset parent variable leaves the child's own default (never `null`).
+            if let Some(value) = parent.variables.get(&parent_var) {
+                inputs.insert(child_var, value.clone());
+            }
+        }
+        let now = self.clock.now();
+        let mut child = new_run(
+            child_run_id.to_owned(),
+            &parent.principal,
+            &workflow,
+            namespace,
+            inputs,
+            parent.limits.clone(),
+            now,
+        );
+        child.parent = Some(ParentLink { run_id: parent_run_id.to_owned(), node_id: node_id.to_owned() });
+        child.scope_id = parent.scope_id.clone();
+        let outcome = engine::apply(&workflow, &mut child, Input::Start, now);
+        child.version = 1;
+        match self.store.create_run(&child, &outcome.events, &outcome.effects, None).await {
+            Ok(CreateResult::Created) => {
+                self.send_effects(child_run_id, &outcome.effects).await;
+                Ok(ChildStart::Created)
+            }
+            Ok(CreateResult::Existing(_)) | Err(StoreError::Conflict) => Ok(ChildStart::AlreadyExists),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    async fn refuse_child(
+        &self,
+        parent_run_id: &str,
+        node_id: &str,
+        child_run_id: &str,
+        error: RunError,
+    ) -> Result<(), ServiceError> {
+        let input = Input::ChildFinished {
+            node_id: node_id.to_owned(),
+            child_run_id: child_run_id.to_owned(),
+            status: RunStatus::Failed,
+            variables: Map::new(),
+            error: Some(error),
+        };
+        self.apply_until_committed(parent_run_id, input).await
+    }
+
+    /// The parent's input for a child that ended.
+    pub async fn child_outcome(&self, child_run_id: &str, parent_node_id: &str) -> Result<Option<Input>, ServiceError> {
+        let Some(child) = self.store.load_run(child_run_id).await? else { return Ok(None) };
+        if !child.status.is_terminal() {
+            return Ok(None);
+        }
+        Ok(Some(Input::ChildFinished {
+            node_id: parent_node_id.to_owned(),
+            child_run_id: child_run_id.to_owned(),
+            status: child.status,
+            variables: child.variables,
+            error: child.error,
+        }))
+    }
+
+    /// Applies `input` to `run_id` and commits, re-deciding after lost races.
+    pub async fn apply_until_committed(&self, run_id: &str, input: Input) -> Result<(), ServiceError> {
+        for _ in 0..RACES {
+            let Some(decision) = self.decide(run_id, input.clone()).await? else { return Ok(()) };
+            if decision.outcome.verdict != Verdict::Applied {
+                return Ok(());
+            }
+            match self.commit(&decision).await {
+                Ok(()) => return Ok(()),
+                Err(StoreError::Conflict) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(ServiceError::Unavailable)
+    }
+}
