@@ -12,7 +12,7 @@ use crate::ports::{
     CreateResult, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition, Store, StoredWorkflow,
     GLOBAL_NAMESPACE,
 };
-use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
+use crate::run::{Principal, RunLimits, RunState, RunStatus};
 use crate::StoreError;
 
 /// A compiled three-node noop chain `a → b → c`.
@@ -27,36 +27,17 @@ pub fn chain_workflow() -> Workflow {
 
 /// A pending run of `workflow` for `tenant`.
 pub fn pending_run(workflow: &Workflow, run_id: &str, tenant: &str) -> RunState {
-    RunState {
-        run_id: run_id.to_owned(),
-        tenant: tenant.to_owned(),
-        principal: Principal { tenant: tenant.to_owned(), subject: "contract".into(), key_class: "api-key".into() },
-        workflow: WorkflowRef {
-            id: workflow.id().to_owned(),
-            version: workflow.definition.version.clone(),
-            content_hash: workflow.content_hash.clone(),
-            namespace: GLOBAL_NAMESPACE.to_owned(),
-        },
-        status: RunStatus::Pending,
-        version: 0,
-        next_sequence: 0,
-        inputs: Map::new(),
-        variables: Map::new(),
-        nodes: Default::default(),
-        edges: vec![EdgeStatus::Unresolved; workflow.definition.edges.len()],
-        node_executions: 0,
-        limits: RunLimits { max_node_executions: 100, run_duration_ms: 60_000 },
-        created_at: 1_000,
-        started_at: None,
-        ended_at: None,
-        error: None,
-        cancel_reason: None,
-        configurable: None,
-        tags: Vec::new(),
-        metadata: None,
-        scope_id: None,
-        parent: None,
-    }
+    let principal = Principal { tenant: tenant.to_owned(), subject: "contract".into(), key_class: "api-key".into() };
+    let limits = RunLimits { max_node_executions: 100, run_duration_ms: 60_000 };
+    crate::service::new_run(
+        run_id.to_owned(),
+        &principal,
+        workflow,
+        GLOBAL_NAMESPACE.to_owned(),
+        Map::new(),
+        limits,
+        1_000,
+    )
 }
 
 fn record(key: &str, digest: &str, body: Value) -> IdempotencyRecord {

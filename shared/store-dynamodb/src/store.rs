@@ -192,6 +192,28 @@ impl DynamoStore {
         Ok(())
     }
 
+    /// The writes of one run commit: `head` (the state item, and the idempotency record of a
+    /// create), then every event (never overwriting one) and every outbox entry, checked
+    /// against DynamoDB's transaction limits.
+    fn run_writes(
+        &self,
+        run: &RunState,
+        head: Vec<(Item, Option<&str>)>,
+        events: &[RunEvent],
+        effects: &[Effect],
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let mut items = head;
+        for event in events {
+            items.push((codec::event_item(&run.run_id, event)?, Some("attribute_not_exists(pk)")));
+        }
+        let written_at = now_ms();
+        for effect in effects {
+            items.push((codec::outbox_item(&run.run_id, effect, written_at)?, None));
+        }
+        check_limits(&items.iter().map(|(item, _)| item).collect::<Vec<_>>())?;
+        Ok(items.into_iter().map(|(item, condition)| self.put(item, condition)).collect())
+    }
+
     async fn get(&self, key: Item) -> Result<Option<Item>, StoreError> {
         let output = self
             .client
@@ -347,22 +369,14 @@ impl RunStore for DynamoStore {
         effects: &[Effect],
         idempotency: Option<&IdempotencyRecord>,
     ) -> Result<CreateResult, StoreError> {
-        let mut items = vec![codec::state_item(run)?];
-        let mut conditions = vec![Some("attribute_not_exists(pk)")];
+        let mut head = vec![(codec::state_item(run)?, Some("attribute_not_exists(pk)"))];
         if let Some(record) = idempotency {
-            items.push(codec::completed_item(record)?);
-            conditions.push(Some("attribute_not_exists(pk) OR (#st = :pending AND digest = :digest)"));
+            head.push((
+                codec::completed_item(record)?,
+                Some("attribute_not_exists(pk) OR (#st = :pending AND digest = :digest)"),
+            ));
         }
-        for event in events {
-            items.push(codec::event_item(&run.run_id, event)?);
-            conditions.push(Some("attribute_not_exists(pk)"));
-        }
-        for effect in effects {
-            items.push(codec::outbox_item(&run.run_id, effect, now_ms())?);
-            conditions.push(None);
-        }
-        check_limits(&items.iter().collect::<Vec<_>>())?;
-        let writes = items.into_iter().zip(conditions).map(|(item, condition)| self.put(item, condition)).collect();
+        let writes = self.run_writes(run, head, events, effects)?;
         let mut values = vec![(":pending", s("pending"))];
         if let Some(record) = idempotency {
             values.push((":digest", s(&record.request_digest)));
@@ -395,18 +409,8 @@ impl RunStore for DynamoStore {
         events: &[RunEvent],
         effects: &[Effect],
     ) -> Result<(), StoreError> {
-        let mut items = vec![codec::state_item(run)?];
-        let mut conditions = vec![Some("version = :expected")];
-        for event in events {
-            items.push(codec::event_item(&run.run_id, event)?);
-            conditions.push(Some("attribute_not_exists(pk)"));
-        }
-        for effect in effects {
-            items.push(codec::outbox_item(&run.run_id, effect, now_ms())?);
-            conditions.push(None);
-        }
-        check_limits(&items.iter().collect::<Vec<_>>())?;
-        let writes = items.into_iter().zip(conditions).map(|(item, condition)| self.put(item, condition)).collect();
+        let head = vec![(codec::state_item(run)?, Some("version = :expected"))];
+        let writes = self.run_writes(run, head, events, effects)?;
         let token = keys::commit_token(&run.run_id, expected_version);
         match self.transact(writes, vec![(":expected", n(expected_version))], token).await? {
             TransactOutcome::Done => Ok(()),

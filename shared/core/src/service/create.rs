@@ -127,7 +127,7 @@ impl Services {
 }
 
 /// A pending run of `workflow` with seeded `inputs`, ready for the engine's start.
-pub(super) fn new_run(
+pub(crate) fn new_run(
     run_id: String,
     principal: &Principal,
     workflow: &Workflow,

@@ -18,6 +18,7 @@ use crate::ports::{Clock, EffectSink, IdGenerator, Notifier, RunFilter, RunPosit
 use crate::run::RunState;
 
 pub use children::ChildStart;
+pub(crate) use create::new_run;
 pub use create::{CreateOutcome, IdempotencyKey};
 pub use idempotency::Begin;
 pub use workflows::LoadReport;
