@@ -52,6 +52,7 @@ async fn main() {
         completion_queue_url: queues.completion,
         max_receive_count: 5,
         limits: HostLimits::default(),
+        retention_days: 30,
     };
     let app = AwsApp::new(settings, &config);
 

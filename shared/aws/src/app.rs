@@ -45,7 +45,10 @@ pub struct AwsApp {
 impl AwsApp {
     /// Builds the app from settings and an SDK configuration.
     pub fn new(settings: Settings, config: &aws_config::SdkConfig) -> Self {
-        let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(config), settings.table_name.clone()));
+        let store = Arc::new(
+            DynamoStore::new(aws_sdk_dynamodb::Client::new(config), settings.table_name.clone())
+                .with_retention_days(settings.retention_days),
+        );
         let clock = Arc::new(SystemClock);
         let effects = Arc::new(SqsEffects::new(
             aws_sdk_sqs::Client::new(config),

@@ -33,6 +33,8 @@ pub struct Settings {
     pub max_receive_count: u32,
     /// Limits (`TRELLIS_MAX_NODE_EXECUTIONS`, `TRELLIS_MAX_RUN_DURATION_MS`).
     pub limits: HostLimits,
+    /// `TRELLIS_RETENTION_DAYS` (default 30): how long a run's items are kept.
+    pub retention_days: u64,
 }
 
 /// The settings only the API function reads.
@@ -84,6 +86,7 @@ impl Settings {
             step_queue_url: required(lookup, "TRELLIS_STEP_QUEUE_URL")?,
             completion_queue_url: required(lookup, "TRELLIS_COMPLETION_QUEUE_URL")?,
             max_receive_count,
+            retention_days: number(lookup, "TRELLIS_RETENTION_DAYS", 30)?,
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
                 max_run_duration_ms: number(lookup, "TRELLIS_MAX_RUN_DURATION_MS", defaults.max_run_duration_ms)?,

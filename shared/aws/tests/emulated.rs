@@ -72,6 +72,7 @@ async fn stack() -> Stack {
         completion_queue_url: queues.completion.clone(),
         max_receive_count: MAX_RECEIVES,
         limits: HostLimits::default(),
+        retention_days: 30,
     };
     let app = AwsApp::new(settings, &config);
     let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*"]}]);

@@ -149,6 +149,9 @@ pub trait RunStore: Send + Sync {
     async fn complete_idempotency(&self, record: &IdempotencyRecord) -> Result<(), StoreError>;
     /// Drops a pending claim whose answer must not be kept (validation, auth, retryable).
     async fn abandon_idempotency(&self, tenant: &str, endpoint: &str, key: &str) -> Result<(), StoreError>;
+    /// Effects of `run_id` committed and not yet acknowledged as sent (embedded: its task rows;
+    /// on AWS: its outbox entries). What a crash between a commit and its send leaves behind.
+    async fn pending_effects(&self, run_id: &str) -> Result<Vec<Effect>, StoreError>;
     /// The tenant's runs, newest first, after `after` (exclusive), at most `limit`.
     async fn list_runs(
         &self,

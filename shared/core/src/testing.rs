@@ -61,7 +61,41 @@ pub async fn store_contract(store: Arc<dyn Store>) {
     idempotent_create_writes_once(store.clone()).await;
     workflows_are_versioned_by_content(store.clone()).await;
     idempotency_claims_are_exclusive(store.clone()).await;
-    runs_list_newest_first_with_filters(store).await;
+    runs_list_newest_first_with_filters(store.clone()).await;
+    crash_points_lose_and_duplicate_nothing(store).await;
+}
+
+/// The named crash points, at the store: before the commit nothing is written; after the
+/// commit and before the send the effects wait in the store; an ambiguous commit retried
+/// (after the send, before the acknowledgement, the worker may commit again) duplicates no
+/// event.
+async fn crash_points_lose_and_duplicate_nothing(store: Arc<dyn Store>) {
+    let (workflow, created) = started(&store, "run-crash").await;
+    let step_a = Effect::Step { node_id: "a".into(), activation: 1, due_at: 1_000 };
+    assert!(
+        store.pending_effects("run-crash").await.unwrap().contains(&step_a),
+        "the create's effects wait in the store"
+    );
+
+    // Before commit: a decision that is never committed leaves the store as it was.
+    let mut decided = created.clone();
+    let outcome = engine::apply(&workflow, &mut decided, Input::Step { node_id: "a".into(), activation: 1 }, 1_001);
+    assert_eq!(store.load_run("run-crash").await.unwrap().unwrap().version, 1);
+    assert_eq!(store.events_after("run-crash", None, 100).await.unwrap().len(), 1);
+
+    // After commit, before send: the new effects are in the store.
+    decided.version = 2;
+    store.commit(&decided, 1, &outcome.events, &outcome.effects).await.unwrap();
+    let step_b = Effect::Step { node_id: "b".into(), activation: 1, due_at: 1_001 };
+    assert!(store.pending_effects("run-crash").await.unwrap().contains(&step_b), "committed effects are not lost");
+
+    // The same commit again (an ambiguous failure retried): never a duplicate event.
+    let retried = store.commit(&decided, 1, &outcome.events, &outcome.effects).await;
+    assert!(matches!(retried, Ok(()) | Err(StoreError::Conflict)), "{retried:?}");
+    let sequences: Vec<u64> =
+        store.events_after("run-crash", None, 100).await.unwrap().iter().map(|e| e.sequence).collect();
+    assert_eq!(sequences, [0, 1, 2]);
+    assert_eq!(store.load_run("run-crash").await.unwrap().unwrap().version, 2);
 }
 
 /// Runs the task-queue contract against one empty queue.

@@ -13,6 +13,10 @@
 //! | idempotency record  | `IDEM#<tenant>#<sha256(endpoint:key)>` | `IDEM`                 | `state` pending (leased) or completed (with the answer) |
 //! | workflow definition | `WF#<namespace>#<workflowId>`          | `H#<contentHash>`      | `version` label, `seq` orders versions |
 //!
+//! Every item of a run carries the same `expires_at` (epoch seconds; the table's TTL
+//! attribute): creation time plus the retention period (30 days unless configured), so a
+//! run's state, events and outbox expire together; reads treat an expired run as gone.
+//!
 //! The global secondary index `runs_by_tenant` (`gsi1pk = TENANT#<tenant>`, `gsi1sk =
 //! <createdAt:020>#<runId>`) lists a tenant's runs newest first.
 //!
@@ -35,7 +39,7 @@ mod store;
 mod table;
 
 pub use meter::{Meter, Usage};
-pub use store::DynamoStore;
+pub use store::{DynamoStore, DEFAULT_RETENTION_DAYS};
 pub use table::{create_table, TableSpec};
 
 /// Builds a DynamoDB client from the environment (region, credentials and

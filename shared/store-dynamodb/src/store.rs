@@ -28,7 +28,11 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     meter: std::sync::Arc<Meter>,
+    retention_ms: u64,
 }
+
+/// How long a run's items are kept after its creation unless configured otherwise.
+pub const DEFAULT_RETENTION_DAYS: u64 = 30;
 
 /// How a transaction ended, in the terms the store needs.
 enum TransactOutcome {
@@ -50,7 +54,24 @@ fn jitter(attempt: u32) -> Duration {
 impl DynamoStore {
     /// A store on `table` through `client`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self { client, table: table.into(), meter: std::sync::Arc::default() }
+        Self {
+            client,
+            table: table.into(),
+            meter: std::sync::Arc::default(),
+            retention_ms: DEFAULT_RETENTION_DAYS * 86_400_000,
+        }
+    }
+
+    /// Keeps each run's items for `days` after the run's creation: every item of a run carries
+    /// the same `expires_at` (the table's TTL attribute), so they expire together, and a read
+    /// treats an expired run as gone even before DynamoDB deletes it.
+    pub fn with_retention_days(mut self, days: u64) -> Self {
+        self.retention_ms = days * 86_400_000;
+        self
+    }
+
+    fn expires_at(&self, run: &RunState) -> u64 {
+        run.created_at.saturating_add(self.retention_ms) / 1000
     }
 
     /// The request units this store has used so far (see [`Meter`]).
@@ -209,6 +230,13 @@ impl DynamoStore {
         let written_at = now_ms();
         for effect in effects {
             items.push((codec::outbox_item(&run.run_id, effect, written_at)?, None));
+        }
+        let expires_at = self.expires_at(run);
+        for (item, _) in items
+            .iter_mut()
+            .filter(|(item, _)| item.get(PK).is_some_and(|pk| pk.as_s().is_ok_and(|pk| pk.starts_with("RUN#"))))
+        {
+            item.insert("expires_at".into(), n(expires_at));
         }
         check_limits(&items.iter().map(|(item, _)| item).collect::<Vec<_>>())?;
         Ok(items.into_iter().map(|(item, condition)| self.put(item, condition)).collect())
@@ -399,7 +427,9 @@ impl RunStore for DynamoStore {
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
-        self.get(codec::state_key(run_id)).await?.map(|item| codec::decode_state(&item)).transpose()
+        let item = self.get(codec::state_key(run_id)).await?;
+        let live = item.filter(|item| get_n(item, "expires_at").map_or(true, |at| at > now_ms() / 1000));
+        live.map(|item| codec::decode_state(&item)).transpose()
     }
 
     async fn commit(
@@ -548,6 +578,10 @@ impl RunStore for DynamoStore {
         }
     }
 
+    async fn pending_effects(&self, run_id: &str) -> Result<Vec<Effect>, StoreError> {
+        self.outbox_of(run_id).await
+    }
+
     async fn list_runs(
         &self,
         tenant: &str,
@@ -596,8 +630,10 @@ impl RunStore for DynamoStore {
                     .expression_attribute_values(":status", s(status.as_str()));
             }
             let page = query.send().await.map_err(unavailable)?;
+            let now_s = now_ms() / 1000;
             for item in page.items() {
-                if runs.len() < limit {
+                let expired = get_n(item, "expires_at").is_ok_and(|at| at <= now_s);
+                if runs.len() < limit && !expired {
                     runs.push(codec::decode_state(item)?);
                 }
             }

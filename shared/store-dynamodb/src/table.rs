@@ -11,7 +11,8 @@ use trellis_core::StoreError;
 use crate::errors::unavailable;
 use crate::keys::{PK, RUNS_BY_TENANT, SK};
 
-/// The table's shape: string `pk`/`sk`, on-demand billing, the `runs_by_tenant` index.
+/// The table's shape: string `pk`/`sk`, on-demand billing, the `runs_by_tenant` index, TTL
+/// on `expires_at`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TableSpec;
 
@@ -55,6 +56,12 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
             return Err(unavailable(error));
         }
     }
+    let ttl = aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
+        .attribute_name("expires_at")
+        .enabled(true)
+        .build()
+        .expect("ttl specification is complete");
+    let _ = client.update_time_to_live().table_name(table).time_to_live_specification(ttl).send().await;
     for _ in 0..100 {
         let described = client.describe_table().table_name(table).send().await.map_err(unavailable)?;
         let active = described

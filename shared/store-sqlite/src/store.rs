@@ -435,6 +435,19 @@ impl RunStore for SqliteStore {
         Ok(())
     }
 
+    async fn pending_effects(&self, run_id: &str) -> Result<Vec<Effect>, StoreError> {
+        let connection = self.lock();
+        let mut query = connection
+            .prepare_cached("SELECT effect FROM tasks WHERE run_id = ?1 ORDER BY task_id")
+            .map_err(unavailable)?;
+        let rows = query.query_map([run_id], |row| row.get::<_, String>(0)).map_err(unavailable)?;
+        let mut effects = Vec::new();
+        for row in rows {
+            effects.push(serde_json::from_str(&row.map_err(unavailable)?).map_err(corrupt)?);
+        }
+        Ok(effects)
+    }
+
     async fn list_runs(
         &self,
         tenant: &str,
