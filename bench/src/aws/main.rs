@@ -124,7 +124,7 @@ async fn main() {
         deletes as f64 / steps,
         invocations as f64 / steps,
     );
-    for function in ["trellis-api", "trellis-dispatcher"] {
+    for function in ["trellis-api", "trellis-dispatcher", "trellis-completion"] {
         let path = format!("target/lambda/{function}/bootstrap");
         match std::fs::metadata(&path) {
             Ok(meta) => println!("{function} release bootstrap: {:.2} MiB ({path})", meta.len() as f64 / 1_048_576.0),

@@ -22,6 +22,7 @@ pub(crate) async fn time_to_first_poll(binary: &Path) -> Result<Duration, String
         .env("AWS_LAMBDA_LOG_GROUP_NAME", "bench")
         .env("TRELLIS_TABLE_NAME", "bench")
         .env("TRELLIS_STEP_QUEUE_URL", "http://127.0.0.1:1/queue")
+        .env("TRELLIS_COMPLETION_QUEUE_URL", "http://127.0.0.1:1/completions.fifo")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
