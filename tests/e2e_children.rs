@@ -147,3 +147,38 @@ async fn cancelling_a_parent_cancels_its_running_child_within_five_seconds() {
     assert_eq!(client.snapshot(&run_id).await["status"], "cancelled");
     host.stop().await;
 }
+
+#[tokio::test]
+async fn a_workflow_that_calls_itself_stops_at_the_depth_limit() {
+    let host = start(serve_args(None)).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    register(
+        &client,
+        json!({"id": "ouroboros", "name": "calls itself", "version": "1",
+        "nodes": [{"id": "again", "typeId": "core.subWorkflow", "config": {"workflowId": "ouroboros"}}]}),
+    )
+    .await;
+    let run_id = client.create(json!({"workflowId": "ouroboros"})).await;
+    let snapshot = client.wait_terminal(&run_id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (snapshot["status"].as_str(), snapshot["error"]["code"].as_str()),
+        (Some("failed"), Some("child_failed"))
+    );
+    // Walk down the existing children: 32 levels below the top-level run, the next child is
+    // refused (never created) and that deepest run failed with the depth limit.
+    let mut current = run_id;
+    let mut depth = 0;
+    loop {
+        let snapshot = client.snapshot(&current).await;
+        let Some(child) = snapshot["childRuns"][0]["runId"].as_str() else { break };
+        let (status, _) = client.request("GET", &format!("/v1/runs/{child}"), None).await;
+        if status == 404 {
+            assert_eq!(snapshot["error"]["code"], "subworkflow_depth_exceeded", "{snapshot}");
+            break;
+        }
+        current = child.to_owned();
+        depth += 1;
+    }
+    assert_eq!(depth, 32);
+    host.stop().await;
+}

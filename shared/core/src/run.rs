@@ -122,6 +122,13 @@ pub struct ParentLink {
     pub run_id: String,
     /// The parent's node that started this run.
     pub node_id: String,
+    /// How deep this run is nested: 1 for a child of a top-level run.
+    #[serde(default = "first_level")]
+    pub depth: u32,
+}
+
+fn first_level() -> u32 {
+    1
 }
 
 /// Resolution of one edge.

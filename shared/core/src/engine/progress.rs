@@ -200,14 +200,10 @@ impl<'a> Transition<'a> {
         } else if config.absorb_failure {
             self.complete_node(node_id, outputs, false);
         } else {
+            // A refusal (unknown child workflow, nesting depth) keeps its own code; a child that
+            // ran and ended badly arrives as `child_failed` (see `Services::child_outcome`).
             let mut failure = error
                 .unwrap_or_else(|| RunError::new("child_failed", format!("the child run ended {}", status.as_str())));
-            if failure.code != "unknown_child_workflow" {
-                failure = RunError::new(
-                    "child_failed",
-                    format!("the child run ended {}: {}", status.as_str(), failure.message),
-                );
-            }
             failure.details = Some(json!({ "childRunId": child_run_id, "childStatus": status.as_str() }));
             self.fail_node(node_id, failure);
         }

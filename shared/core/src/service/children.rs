@@ -28,6 +28,9 @@ pub enum ChildStart {
 /// How often a use case re-decides after losing a version race.
 const RACES: usize = 16;
 
+/// The deepest nesting of child runs (a workflow that calls itself stops here).
+pub const MAX_CHILD_DEPTH: u32 = 32;
+
 impl Services {
     /// Creates and starts child `child_run_id` of `workflow_id` for `parent_run_id`'s node.
     pub async fn start_child(
@@ -47,6 +50,13 @@ impl Services {
         }
         if self.store.load_run(child_run_id).await?.is_some() {
             return Ok(ChildStart::AlreadyExists);
+        }
+        let depth = parent.parent.as_ref().map_or(0, |link| link.depth) + 1;
+        if depth > MAX_CHILD_DEPTH {
+            let error =
+                RunError::new("subworkflow_depth_exceeded", format!("child runs nest at most {MAX_CHILD_DEPTH} deep"));
+            self.refuse_child(parent_run_id, node_id, child_run_id, error).await?;
+            return Ok(ChildStart::Refused);
         }
         let found = self.find_workflow(&parent.tenant, workflow_id).await;
         let (namespace, workflow) = match found {
@@ -91,7 +101,7 @@ impl Services {
             parent.limits.clone(),
             now,
         );
-        child.parent = Some(ParentLink { run_id: parent_run_id.to_owned(), node_id: node_id.to_owned() });
+        child.parent = Some(ParentLink { run_id: parent_run_id.to_owned(), node_id: node_id.to_owned(), depth });
         child.scope_id = parent.scope_id.clone();
         let outcome = engine::apply(&workflow, &mut child, Input::Start, now);
         child.version = 1;
@@ -133,7 +143,12 @@ impl Services {
             child_run_id: child_run_id.to_owned(),
             status: child.status,
             variables: child.variables,
-            error: child.error,
+            error: child.error.map(|error| {
+                RunError::new(
+                    "child_failed",
+                    format!("the child run ended {}: {} ({})", child.status.as_str(), error.message, error.code),
+                )
+            }),
         }))
     }
 

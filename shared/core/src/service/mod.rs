@@ -17,7 +17,8 @@ use crate::model::Workflow;
 use crate::ports::{Clock, EffectSink, IdGenerator, Notifier, RunFilter, RunPosition, Store};
 use crate::run::RunState;
 
-pub use children::ChildStart;
+pub use children::{ChildStart, MAX_CHILD_DEPTH};
+#[cfg(any(test, feature = "test-util"))]
 pub(crate) use create::new_run;
 pub use create::{CreateOutcome, IdempotencyKey};
 pub use idempotency::Begin;
