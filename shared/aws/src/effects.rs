@@ -1,4 +1,4 @@
-//! Sending a commit's effects to SQS, then clearing them from the DynamoDB outbox. Notices to
+//! Sending a commit's effects to SQS, then marking its page sent in DynamoDB. Notices to
 //! a parent run go to the FIFO completion queue (grouped by parent, deduplicated by task id);
 //! everything else goes to the standard step queue. A timer more than 15 minutes out is sent
 //! with the longest delay SQS allows; the dispatcher finds it early, defers it, and sends it
@@ -31,7 +31,7 @@ pub struct SqsEffects {
 }
 
 impl SqsEffects {
-    /// A sink sending to the step and completion queues and clearing `store`'s outbox.
+    /// A sink sending to the step and completion queues and marking pages sent in `store`.
     pub fn new(
         sqs: aws_sdk_sqs::Client,
         queue_url: String,
@@ -110,16 +110,20 @@ impl EffectSink for SqsEffects {
                 .collect();
             self.send_batch(&self.completion_queue_url, entries).await?;
         }
-        self.store.delete_outbox(run_id, effects).await
+        Ok(())
     }
 
-    /// Only what is still in the run's outbox was not sent; everything else is already on
-    /// the queue (or done), so nothing is sent twice.
+    async fn send_committed(&self, run_id: &str, version: u64, effects: &[Effect]) -> Result<(), StoreError> {
+        self.send(run_id, effects).await?;
+        self.store.mark_sent(run_id, version, self.store.marker_expiry(self.clock.now())).await
+    }
+
+    /// Only pages whose effects were never marked sent are sent again; everything else is
+    /// already on a queue (or done), so nothing is sent twice.
     async fn resend_outstanding(&self, run_id: &str, _outstanding: &[Effect]) -> Result<(), StoreError> {
-        let unsent = self.store.outbox_of(run_id).await?;
-        if unsent.is_empty() {
-            return Ok(());
+        for (version, effects) in self.store.unsent_pages(run_id).await? {
+            self.send_committed(run_id, version, &effects).await?;
         }
-        self.send(run_id, &unsent).await
+        Ok(())
     }
 }

@@ -5,11 +5,11 @@
 //! - [`settings`]: the functions' settings, read once at cold start and validated with named
 //!   errors;
 //! - [`message`]: the step-queue message (ids and a schema version only);
-//! - [`effects`]: sending a commit's effects to the SQS step queue and clearing them from the
-//!   DynamoDB outbox;
+//! - [`effects`]: sending a commit's effects to the SQS queues and marking its DynamoDB page
+//!   sent;
 //! - [`dispatch`]: the dispatcher's batch handler (one step per message, partial batch
 //!   failures, `step_delivery_exhausted` on the last allowed delivery);
-//! - [`reconcile`]: the scheduled sweep that sends outbox entries a crash left unsent;
+//! - [`reconcile`]: the scheduled sweep that sends commit pages' effects a crash left unsent;
 //! - [`app`]: the composition of store, queue and use cases shared by the functions;
 //! - [`provision`]: creating the queues outside CloudFormation (emulators).
 //!

@@ -150,7 +150,8 @@ pub trait RunStore: Send + Sync {
     /// Drops a pending claim whose answer must not be kept (validation, auth, retryable).
     async fn abandon_idempotency(&self, tenant: &str, endpoint: &str, key: &str) -> Result<(), StoreError>;
     /// Effects of `run_id` committed and not yet acknowledged as sent (embedded: its task rows;
-    /// on AWS: its outbox entries). What a crash between a commit and its send leaves behind.
+    /// on AWS: the effects of its commit pages without a "sent" marker). What a crash between a
+    /// commit and its send leaves behind.
     async fn pending_effects(&self, run_id: &str) -> Result<Vec<Effect>, StoreError>;
     /// The tenant's runs, newest first, after `after` (exclusive), at most `limit`.
     async fn list_runs(
@@ -205,6 +206,13 @@ pub struct Task {
 pub trait EffectSink: Send + Sync {
     /// Sends `effects` of `run_id`.
     async fn send(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError>;
+
+    /// Sends the effects committed at `version` of `run_id`, and records that they were sent
+    /// where the backend needs it (AWS: a marker next to the commit page).
+    async fn send_committed(&self, run_id: &str, version: u64, effects: &[Effect]) -> Result<(), StoreError> {
+        let _ = version;
+        self.send(run_id, effects).await
+    }
 
     /// Repairs a crash between a commit and its send: makes sure the run's `outstanding`
     /// effects (derived from its state) are on their way. A sink that can tell which were

@@ -8,8 +8,8 @@ use trellis_core::ports::{IdempotencyRecord, StoredWorkflow};
 use trellis_core::{RunEvent, RunState, StoreError};
 
 use crate::keys::{
-    event_sk, idempotency_pk, outbox_sk, run_pk, tenant_gsi_pk, tenant_gsi_sk, workflow_pk, workflow_sk,
-    IDEMPOTENCY_SK, PK, SK, STATE_SK,
+    idempotency_pk, marker_sk, page_sk, run_pk, tenant_gsi_pk, tenant_gsi_sk, workflow_pk, workflow_sk, IDEMPOTENCY_SK,
+    PK, SK, STATE_SK,
 };
 
 /// A DynamoDB item.
@@ -52,56 +52,76 @@ pub(crate) fn state_key(run_id: &str) -> Item {
     keyed(run_pk(run_id), STATE_SK.to_owned())
 }
 
-pub(crate) fn state_item(run: &RunState) -> Result<Item, StoreError> {
+/// The run item: what the listing index needs, rewritten on status transitions only.
+pub(crate) fn run_item(run: &RunState, expires_at: u64) -> Item {
     let mut item = state_key(&run.run_id);
     item.insert("version".into(), n(run.version));
     item.insert("status".into(), s(run.status.as_str()));
     item.insert("tenant".into(), s(&run.tenant));
     item.insert("workflow_id".into(), s(&run.workflow.id));
     item.insert("created_at".into(), n(run.created_at));
-    item.insert("doc".into(), s(json(run)?));
     item.insert("gsi1pk".into(), s(tenant_gsi_pk(&run.tenant)));
     item.insert("gsi1sk".into(), s(tenant_gsi_sk(run.created_at, &run.run_id)));
-    Ok(item)
+    item.insert("expires_at".into(), n(expires_at));
+    item
 }
 
-pub(crate) fn decode_state(item: &Item) -> Result<RunState, StoreError> {
-    parse(get_s(item, "doc")?)
-}
-
-pub(crate) fn event_item(run_id: &str, event: &RunEvent) -> Result<Item, StoreError> {
-    let mut item = keyed(run_pk(run_id), event_sk(event.sequence));
-    item.insert("sequence".into(), n(event.sequence));
-    item.insert("type".into(), s(&event.event_type));
-    if let Some(node_id) = &event.node_id {
-        item.insert("node_id".into(), s(node_id));
+/// One commit: the state after it, its events and its effects. The page of version `v` is
+/// the commit point of that version; writing it only if it does not exist is the run's
+/// optimistic concurrency.
+pub(crate) fn page_item(
+    run: &RunState,
+    events: &[RunEvent],
+    effects: &[Effect],
+    written_at: u64,
+    expires_at: u64,
+) -> Result<Item, StoreError> {
+    let mut item = keyed(run_pk(&run.run_id), page_sk(run.version));
+    item.insert("version".into(), n(run.version));
+    item.insert("doc".into(), s(json(run)?));
+    item.insert("events".into(), s(json(&events)?));
+    if !effects.is_empty() {
+        item.insert("effects".into(), s(json(&effects)?));
     }
-    item.insert("payload".into(), s(json(&event.payload)?));
-    item.insert("ts".into(), n(event.timestamp));
+    item.insert("written_at".into(), n(written_at));
+    item.insert("expires_at".into(), n(expires_at));
     Ok(item)
 }
 
-pub(crate) fn decode_event(item: &Item) -> Result<RunEvent, StoreError> {
-    Ok(RunEvent {
-        sequence: get_n(item, "sequence")?,
-        event_type: get_s(item, "type")?.to_owned(),
-        node_id: item.get("node_id").and_then(|value| value.as_s().ok()).cloned(),
-        payload: parse(get_s(item, "payload")?)?,
-        timestamp: get_n(item, "ts")?,
+/// A decoded page.
+pub(crate) struct Page {
+    pub(crate) version: u64,
+    pub(crate) state: RunState,
+    pub(crate) events: Vec<RunEvent>,
+    pub(crate) effects: Vec<Effect>,
+    pub(crate) expires_at: Option<u64>,
+}
+
+impl Page {
+    /// The sequence of the page's first event (the next sequence when it has none).
+    pub(crate) fn first_sequence(&self) -> u64 {
+        self.state.next_sequence - self.events.len() as u64
+    }
+}
+
+pub(crate) fn decode_page(item: &Item) -> Result<Page, StoreError> {
+    let effects = match item.get("effects").and_then(|value| value.as_s().ok()) {
+        Some(text) => parse(text)?,
+        None => Vec::new(),
+    };
+    Ok(Page {
+        version: get_n(item, "version")?,
+        state: parse(get_s(item, "doc")?)?,
+        events: parse(get_s(item, "events")?)?,
+        effects,
+        expires_at: get_n(item, "expires_at").ok(),
     })
 }
 
-pub(crate) fn outbox_item(run_id: &str, effect: &Effect, written_at: u64) -> Result<Item, StoreError> {
-    let mut item = keyed(run_pk(run_id), outbox_sk(&effect.task_id(run_id)));
-    item.insert("run_id".into(), s(run_id));
-    item.insert("effect".into(), s(json(effect)?));
-    item.insert("due_at".into(), n(effect.due_at()));
-    item.insert("written_at".into(), n(written_at));
-    Ok(item)
-}
-
-pub(crate) fn decode_outbox(item: &Item) -> Result<(String, Effect), StoreError> {
-    Ok((get_s(item, "run_id")?.to_owned(), parse(get_s(item, "effect")?)?))
+pub(crate) fn marker_item(run_id: &str, version: u64, expires_at: u64) -> Item {
+    let mut item = keyed(run_pk(run_id), marker_sk(version));
+    item.insert("expires_at".into(), n(expires_at));
+    item
 }
 
 /// The key of the idempotency record of `(tenant, endpoint, key)`.

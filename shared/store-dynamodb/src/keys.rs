@@ -15,15 +15,18 @@ pub(crate) fn run_pk(run_id: &str) -> String {
 
 pub(crate) const STATE_SK: &str = "STATE";
 
-pub(crate) fn event_sk(sequence: u64) -> String {
-    format!("EVT#{sequence:020}")
+/// Commit pages sort by version.
+pub(crate) const PAGE_PREFIX: &str = "V#";
+
+pub(crate) fn page_sk(version: u64) -> String {
+    format!("V#{version:020}")
 }
 
-/// The sort key just past every event.
-pub(crate) const EVENTS_END: &str = "EVT#~";
+/// "Effects sent" markers, one per page.
+pub(crate) const MARKER_PREFIX: &str = "S#";
 
-pub(crate) fn outbox_sk(task_id: &str) -> String {
-    format!("OUT#{task_id}")
+pub(crate) fn marker_sk(version: u64) -> String {
+    format!("S#{version:020}")
 }
 
 pub(crate) fn idempotency_pk(tenant: &str, endpoint: &str, key: &str) -> String {
@@ -64,9 +67,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn event_keys_sort_by_sequence() {
-        assert!(event_sk(9) < event_sk(10));
-        assert!(event_sk(u64::MAX).as_str() < EVENTS_END);
+    fn page_keys_sort_by_version() {
+        assert!(page_sk(9) < page_sk(10));
+        assert!(page_sk(u64::MAX).starts_with(PAGE_PREFIX) && marker_sk(3).starts_with(MARKER_PREFIX));
         assert_eq!(commit_token("r", 1), commit_token("r", 1));
         assert_ne!(commit_token("r", 1), commit_token("r", 2));
         assert_eq!(commit_token("r", 1).len(), 36);

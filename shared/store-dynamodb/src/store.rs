@@ -14,9 +14,9 @@ use trellis_core::ports::{
 use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
-use crate::codec::{self, check_limits, get_n, get_s, n, s, Item};
+use crate::codec::{self, check_limits, get_n, get_s, n, s, Item, Page};
 use crate::errors::{is_size_limit, unavailable};
-use crate::keys::{self, EVENTS_END, PK, RUNS_BY_TENANT, SK};
+use crate::keys::{self, MARKER_PREFIX, PAGE_PREFIX, PK, RUNS_BY_TENANT, SK};
 use crate::meter::Meter;
 
 /// How often a commit is retried after `TransactionConflict` or an ambiguous failure.
@@ -156,18 +156,113 @@ impl DynamoStore {
         Err(last)
     }
 
-    /// Outbox entries written before `written_before` (ms) and not yet sent: what a crash
-    /// between commit and send left behind. Returns `(run id, effect)` pairs.
-    pub async fn unsent_outbox(&self, written_before: u64) -> Result<Vec<(String, Effect)>, StoreError> {
-        let mut found = Vec::new();
+    /// Pages of `run_id`, newest first, until (and including) the first for which `enough`
+    /// holds, or all of them.
+    async fn pages_newest_first(
+        &self,
+        run_id: &str,
+        page_size: i32,
+        enough: impl Fn(&Page) -> bool,
+    ) -> Result<Vec<Page>, StoreError> {
+        let mut pages = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :page)")
+                .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
+                .expression_attribute_values(":page", s(PAGE_PREFIX))
+                .scan_index_forward(false)
+                .consistent_read(true)
+                .limit(page_size)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            self.meter.read(page.items());
+            for item in page.items() {
+                let decoded = codec::decode_page(item)?;
+                let done = enough(&decoded);
+                pages.push(decoded);
+                if done {
+                    return Ok(pages);
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(pages);
+            }
+        }
+    }
+
+    /// Versions of `run_id` whose effects were sent.
+    async fn sent_versions(&self, run_id: &str) -> Result<std::collections::BTreeSet<u64>, StoreError> {
+        let mut sent = std::collections::BTreeSet::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :marker)")
+                .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
+                .expression_attribute_values(":marker", s(MARKER_PREFIX))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            self.meter.read(page.items());
+            for item in page.items() {
+                let key = get_s(item, SK)?;
+                if let Ok(version) = key.trim_start_matches(MARKER_PREFIX).parse::<u64>() {
+                    sent.insert(version);
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(sent);
+            }
+        }
+    }
+
+    /// Committed pages of `run_id` whose effects have not been marked sent, oldest first.
+    pub async fn unsent_pages(&self, run_id: &str) -> Result<Vec<(u64, Vec<Effect>)>, StoreError> {
+        let sent = self.sent_versions(run_id).await?;
+        let pages = self.pages_newest_first(run_id, 16, |_| false).await?;
+        let mut unsent: Vec<(u64, Vec<Effect>)> = pages
+            .into_iter()
+            .filter(|page| !page.effects.is_empty() && !sent.contains(&page.version))
+            .map(|page| (page.version, page.effects))
+            .collect();
+        unsent.reverse();
+        Ok(unsent)
+    }
+
+    /// Records that the effects of `run_id`'s page `version` were sent (one small item).
+    pub async fn mark_sent(&self, run_id: &str, version: u64, expires_at: u64) -> Result<(), StoreError> {
+        let item = codec::marker_item(run_id, version, expires_at);
+        let size = codec::item_size(&item);
+        self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.map_err(unavailable)?;
+        self.meter.write(size);
+        Ok(())
+    }
+
+    /// Pages written before `written_before` (ms) whose effects were never marked sent, as
+    /// `(run id, version, effects, expires_at)`: what a crash between a commit and its send
+    /// left behind. A scan: the scheduled reconciler's job, not a per-step cost.
+    pub async fn unsent_outbox(&self, written_before: u64) -> Result<Vec<(String, u64, Vec<Effect>, u64)>, StoreError> {
+        let mut candidates = Vec::new();
         let mut start = None;
         loop {
             let page = self
                 .client
                 .scan()
                 .table_name(&self.table)
-                .filter_expression("begins_with(sk, :out) AND written_at < :before")
-                .expression_attribute_values(":out", s("OUT#"))
+                .filter_expression("begins_with(sk, :page) AND attribute_exists(effects) AND written_at < :before")
+                .expression_attribute_values(":page", s(PAGE_PREFIX))
                 .expression_attribute_values(":before", n(written_before))
                 .consistent_read(true)
                 .set_exclusive_start_key(start)
@@ -175,71 +270,78 @@ impl DynamoStore {
                 .await
                 .map_err(unavailable)?;
             for item in page.items() {
-                found.push(codec::decode_outbox(item)?);
+                let decoded = codec::decode_page(item)?;
+                candidates.push((
+                    decoded.state.run_id.clone(),
+                    decoded.version,
+                    decoded.effects,
+                    decoded.expires_at.unwrap_or(0),
+                ));
             }
             start = page.last_evaluated_key().cloned();
             if start.is_none() {
-                return Ok(found);
+                break;
             }
         }
-    }
-
-    /// The outbox entries of `run_id` not sent yet.
-    pub async fn outbox_of(&self, run_id: &str) -> Result<Vec<Effect>, StoreError> {
-        let page = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("pk = :pk AND begins_with(sk, :out)")
-            .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
-            .expression_attribute_values(":out", s("OUT#"))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(unavailable)?;
-        self.meter.read(page.items());
-        page.items().iter().map(|item| codec::decode_outbox(item).map(|(_, effect)| effect)).collect()
-    }
-
-    /// Removes sent outbox entries of `run_id`.
-    pub async fn delete_outbox(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
-        for effect in effects {
-            let mut key = Item::new();
-            key.insert(PK.into(), s(keys::run_pk(run_id)));
-            key.insert(SK.into(), s(keys::outbox_sk(&effect.task_id(run_id))));
-            self.client.delete_item().table_name(&self.table).set_key(Some(key)).send().await.map_err(unavailable)?;
-            self.meter.write(codec::item_size(&codec::outbox_item(run_id, effect, 0)?));
+        let mut unsent = Vec::new();
+        let mut checked: std::collections::HashMap<String, std::collections::BTreeSet<u64>> = Default::default();
+        for (run_id, version, effects, expires_at) in candidates {
+            if !checked.contains_key(&run_id) {
+                checked.insert(run_id.clone(), self.sent_versions(&run_id).await?);
+            }
+            if !checked[&run_id].contains(&version) {
+                unsent.push((run_id, version, effects, expires_at));
+            }
         }
-        Ok(())
+        Ok(unsent)
     }
 
-    /// The writes of one run commit: `head` (the state item, and the idempotency record of a
-    /// create), then every event (never overwriting one) and every outbox entry, checked
-    /// against DynamoDB's transaction limits.
-    fn run_writes(
+    /// The `expires_at` of a "sent" marker written at `now` (ms).
+    pub fn marker_expiry(&self, now: u64) -> u64 {
+        now.saturating_add(self.retention_ms) / 1000
+    }
+
+    /// Writes a page alone (a commit that changes no status), or with the run item in one
+    /// transaction (creation and status transitions), never overwriting an existing page.
+    async fn write_page(
         &self,
         run: &RunState,
-        head: Vec<(Item, Option<&str>)>,
         events: &[RunEvent],
         effects: &[Effect],
-    ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let mut items = head;
-        for event in events {
-            items.push((codec::event_item(&run.run_id, event)?, Some("attribute_not_exists(pk)")));
-        }
-        let written_at = now_ms();
-        for effect in effects {
-            items.push((codec::outbox_item(&run.run_id, effect, written_at)?, None));
-        }
+        extra: Vec<(Item, Option<&'static str>)>,
+        values: Vec<(&str, aws_sdk_dynamodb::types::AttributeValue)>,
+    ) -> Result<TransactOutcome, StoreError> {
         let expires_at = self.expires_at(run);
-        for (item, _) in items
-            .iter_mut()
-            .filter(|(item, _)| item.get(PK).is_some_and(|pk| pk.as_s().is_ok_and(|pk| pk.starts_with("RUN#"))))
-        {
-            item.insert("expires_at".into(), n(expires_at));
+        let page = codec::page_item(run, events, effects, now_ms(), expires_at)?;
+        check_limits(&[&page])?;
+        if extra.is_empty() {
+            let size = codec::item_size(&page);
+            let written = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(page))
+                .condition_expression("attribute_not_exists(pk)")
+                .send()
+                .await;
+            return match written {
+                Ok(_) => {
+                    self.meter.write(size);
+                    Ok(TransactOutcome::Done)
+                }
+                Err(error) if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+                    Ok(TransactOutcome::ConditionFailed(0))
+                }
+                Err(error) if is_size_limit(&error) => Err(StoreError::LimitExceeded(format!("{error:?}"))),
+                Err(error) => Err(unavailable(error)),
+            };
         }
+        let mut items = vec![(page, Some("attribute_not_exists(pk)"))];
+        items.extend(extra);
         check_limits(&items.iter().map(|(item, _)| item).collect::<Vec<_>>())?;
-        Ok(items.into_iter().map(|(item, condition)| self.put(item, condition)).collect())
+        let writes = items.into_iter().map(|(item, condition)| self.put(item, condition)).collect();
+        let token = keys::commit_token(&run.run_id, run.version);
+        self.transact(writes, values, token).await
     }
 
     async fn get(&self, key: Item) -> Result<Option<Item>, StoreError> {
@@ -397,22 +499,20 @@ impl RunStore for DynamoStore {
         effects: &[Effect],
         idempotency: Option<&IdempotencyRecord>,
     ) -> Result<CreateResult, StoreError> {
-        let mut head = vec![(codec::state_item(run)?, Some("attribute_not_exists(pk)"))];
+        let mut extra = vec![(codec::run_item(run, self.expires_at(run)), Some("attribute_not_exists(pk)"))];
+        let mut values = Vec::new();
         if let Some(record) = idempotency {
-            head.push((
+            extra.push((
                 codec::completed_item(record)?,
                 Some("attribute_not_exists(pk) OR (#st = :pending AND digest = :digest)"),
             ));
-        }
-        let writes = self.run_writes(run, head, events, effects)?;
-        let mut values = vec![(":pending", s("pending"))];
-        if let Some(record) = idempotency {
+            values.push((":pending", s("pending")));
             values.push((":digest", s(&record.request_digest)));
         }
-        let token = keys::commit_token(&run.run_id, 0);
-        match self.transact(writes, values, token).await? {
+        match self.write_page(run, events, effects, extra, values).await? {
             TransactOutcome::Done => Ok(CreateResult::Created),
-            TransactOutcome::ConditionFailed(1) if idempotency.is_some() => {
+            // Index 2 is the idempotency record (page, run item, record).
+            TransactOutcome::ConditionFailed(2) if idempotency.is_some() => {
                 let record = idempotency.expect("checked above");
                 let key = codec::idempotency_key(&record.tenant, &record.endpoint, &record.key);
                 let existing = self.get(key).await?.ok_or(StoreError::Conflict)?;
@@ -427,9 +527,13 @@ impl RunStore for DynamoStore {
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
-        let item = self.get(codec::state_key(run_id)).await?;
-        let live = item.filter(|item| get_n(item, "expires_at").map_or(true, |at| at > now_ms() / 1000));
-        live.map(|item| codec::decode_state(&item)).transpose()
+        // The newest page is the state: one item read.
+        let mut pages = self.pages_newest_first(run_id, 1, |_| true).await?;
+        let Some(page) = pages.pop() else { return Ok(None) };
+        if page.expires_at.is_some_and(|at| at <= now_ms() / 1000) {
+            return Ok(None);
+        }
+        Ok(Some(page.state))
     }
 
     async fn commit(
@@ -439,43 +543,33 @@ impl RunStore for DynamoStore {
         events: &[RunEvent],
         effects: &[Effect],
     ) -> Result<(), StoreError> {
-        let head = vec![(codec::state_item(run)?, Some("version = :expected"))];
-        let writes = self.run_writes(run, head, events, effects)?;
-        let token = keys::commit_token(&run.run_id, expected_version);
-        match self.transact(writes, vec![(":expected", n(expected_version))], token).await? {
+        if run.version != expected_version + 1 {
+            return Err(StoreError::Conflict);
+        }
+        // Status transitions also rewrite the run item (the listing index); plain progress
+        // writes the page alone.
+        let extra = if run.status == trellis_core::RunStatus::Running {
+            Vec::new()
+        } else {
+            vec![(codec::run_item(run, self.expires_at(run)), None)]
+        };
+        match self.write_page(run, events, effects, extra, Vec::new()).await? {
             TransactOutcome::Done => Ok(()),
             TransactOutcome::ConditionFailed(_) => Err(StoreError::Conflict),
         }
     }
 
     async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError> {
-        let from = keys::event_sk(after.map_or(0, |sequence| sequence + 1));
-        let mut events = Vec::new();
-        let mut start = None;
-        while events.len() < limit {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-                .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
-                .expression_attribute_values(":from", s(&from))
-                .expression_attribute_values(":to", s(EVENTS_END))
-                .consistent_read(true)
-                .limit(i32::try_from(limit - events.len()).unwrap_or(i32::MAX))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(unavailable)?;
-            self.meter.read(page.items());
-            for item in page.items() {
-                events.push(codec::decode_event(item)?);
-            }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
+        let pages = self
+            .pages_newest_first(run_id, 4, |page| after.is_some_and(|after| page.first_sequence() <= after + 1))
+            .await?;
+        let events = pages
+            .into_iter()
+            .rev()
+            .flat_map(|page| page.events)
+            .filter(|event| after.is_none_or(|after| event.sequence > after))
+            .take(limit)
+            .collect();
         Ok(events)
     }
 
@@ -579,7 +673,7 @@ impl RunStore for DynamoStore {
     }
 
     async fn pending_effects(&self, run_id: &str) -> Result<Vec<Effect>, StoreError> {
-        self.outbox_of(run_id).await
+        Ok(self.unsent_pages(run_id).await?.into_iter().flat_map(|(_, effects)| effects).collect())
     }
 
     async fn list_runs(
@@ -634,7 +728,9 @@ impl RunStore for DynamoStore {
             for item in page.items() {
                 let expired = get_n(item, "expires_at").is_ok_and(|at| at <= now_s);
                 if runs.len() < limit && !expired {
-                    runs.push(codec::decode_state(item)?);
+                    if let Some(run) = self.load_run(get_s(item, "pk")?.trim_start_matches("RUN#")).await? {
+                        runs.push(run);
+                    }
                 }
             }
             start = page.last_evaluated_key().cloned();

@@ -71,7 +71,7 @@ pub async fn process_task(
                     Err(error) => return Err(error.into()),
                 }
                 maybe_crash(crash, CrashPoint::AfterCommit);
-                services.send_effects(&target, &outcome.effects).await;
+                services.send_effects(&target, decision.run.version, &outcome.effects).await;
                 maybe_crash(crash, CrashPoint::AfterEffects);
                 debug!(run_id = %task.run_id, task = %task.id, events = outcome.events.len(), "task applied");
                 return Ok(TaskResult::Applied);

@@ -107,7 +107,7 @@ impl Services {
         child.version = 1;
         match self.store.create_run(&child, &outcome.events, &outcome.effects, None).await {
             Ok(CreateResult::Created) => {
-                self.send_effects(child_run_id, &outcome.effects).await;
+                self.send_effects(child_run_id, child.version, &outcome.effects).await;
                 Ok(ChildStart::Created)
             }
             Ok(CreateResult::Existing(_)) | Err(StoreError::Conflict) => Ok(ChildStart::AlreadyExists),

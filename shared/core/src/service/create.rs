@@ -96,7 +96,7 @@ impl Services {
         });
         match self.store.create_run(&run, &outcome.events, &outcome.effects, record.as_ref()).await? {
             CreateResult::Created => {
-                self.send_effects(&run.run_id, &outcome.effects).await;
+                self.send_effects(&run.run_id, run.version, &outcome.effects).await;
                 Ok(CreateOutcome::Created(Box::new(run)))
             }
             CreateResult::Existing(existing) => {

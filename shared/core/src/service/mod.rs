@@ -158,15 +158,15 @@ impl Services {
         self.store
             .commit(&decision.run, decision.expected_version, &decision.outcome.events, &decision.outcome.effects)
             .await?;
-        self.send_effects(&decision.run.run_id, &decision.outcome.effects).await;
+        self.send_effects(&decision.run.run_id, decision.run.version, &decision.outcome.effects).await;
         Ok(())
     }
 
     /// Sends committed effects and notifies waiters. A failed send loses nothing: the effects
     /// are in the store's outbox, where redelivery or the reconciler finds them.
-    pub async fn send_effects(&self, run_id: &str, effects: &[crate::engine::Effect]) {
+    pub async fn send_effects(&self, run_id: &str, version: u64, effects: &[crate::engine::Effect]) {
         if !effects.is_empty() {
-            if let Err(error) = self.effects.send(run_id, effects).await {
+            if let Err(error) = self.effects.send_committed(run_id, version, effects).await {
                 tracing::warn!(run_id, %error, "sending effects failed; redelivery or the reconciler will send them");
             }
         }
