@@ -156,6 +156,45 @@ impl DynamoStore {
         Err(last)
     }
 
+    /// Visits the items of partition `pk` whose sort key starts with `prefix` (newest first
+    /// when `!forward`), `page_size` per request, until `visit` returns `true` or none are left.
+    async fn query_prefix(
+        &self,
+        pk: String,
+        prefix: &str,
+        forward: bool,
+        page_size: i32,
+        mut visit: impl FnMut(&Item) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":pk", s(&pk))
+                .expression_attribute_values(":prefix", s(prefix))
+                .scan_index_forward(forward)
+                .consistent_read(true)
+                .limit(page_size)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            self.meter.read(page.items());
+            for item in page.items() {
+                if visit(item)? {
+                    return Ok(());
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(());
+            }
+        }
+    }
+
     /// Pages of `run_id`, newest first, until (and including) the first for which `enough`
     /// holds, or all of them.
     async fn pages_newest_first(
@@ -165,67 +204,27 @@ impl DynamoStore {
         enough: impl Fn(&Page) -> bool,
     ) -> Result<Vec<Page>, StoreError> {
         let mut pages = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :page)")
-                .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
-                .expression_attribute_values(":page", s(PAGE_PREFIX))
-                .scan_index_forward(false)
-                .consistent_read(true)
-                .limit(page_size)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(unavailable)?;
-            self.meter.read(page.items());
-            for item in page.items() {
-                let decoded = codec::decode_page(item)?;
-                let done = enough(&decoded);
-                pages.push(decoded);
-                if done {
-                    return Ok(pages);
-                }
-            }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(pages);
-            }
-        }
+        self.query_prefix(keys::run_pk(run_id), PAGE_PREFIX, false, page_size, |item| {
+            let page = codec::decode_page(item)?;
+            let done = enough(&page);
+            pages.push(page);
+            Ok(done)
+        })
+        .await?;
+        Ok(pages)
     }
 
     /// Versions of `run_id` whose effects were sent.
     async fn sent_versions(&self, run_id: &str) -> Result<std::collections::BTreeSet<u64>, StoreError> {
         let mut sent = std::collections::BTreeSet::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :marker)")
-                .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
-                .expression_attribute_values(":marker", s(MARKER_PREFIX))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(unavailable)?;
-            self.meter.read(page.items());
-            for item in page.items() {
-                let key = get_s(item, SK)?;
-                if let Ok(version) = key.trim_start_matches(MARKER_PREFIX).parse::<u64>() {
-                    sent.insert(version);
-                }
+        self.query_prefix(keys::run_pk(run_id), MARKER_PREFIX, true, 100, |item| {
+            if let Ok(version) = get_s(item, SK)?.trim_start_matches(MARKER_PREFIX).parse::<u64>() {
+                sent.insert(version);
             }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(sent);
-            }
-        }
+            Ok(false)
+        })
+        .await?;
+        Ok(sent)
     }
 
     /// Committed pages of `run_id` whose effects have not been marked sent, oldest first.
@@ -361,25 +360,12 @@ impl DynamoStore {
 
     async fn workflow_items(&self, namespace: &str, workflow_id: &str) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(keys::workflow_pk(namespace, workflow_id)))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(unavailable)?;
-            items.extend(page.items().iter().cloned());
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(items);
-            }
-        }
+        self.query_prefix(keys::workflow_pk(namespace, workflow_id), "H#", true, 100, |item| {
+            items.push(item.clone());
+            Ok(false)
+        })
+        .await?;
+        Ok(items)
     }
 
     async fn newest_workflow(
