@@ -229,6 +229,13 @@ pub trait LocalQueue: EffectSink {
     async fn claim_due(&self, now: Millis, lease_ms: u64, max: usize) -> Result<Vec<Task>, StoreError>;
     /// Removes a finished task.
     async fn ack(&self, task_id: &str) -> Result<(), StoreError>;
+    /// Removes finished tasks, in one write where the queue can.
+    async fn ack_many(&self, task_ids: &[String]) -> Result<(), StoreError> {
+        for task_id in task_ids {
+            self.ack(task_id).await?;
+        }
+        Ok(())
+    }
     /// Returns a task to the queue, visible again at `visible_at`.
     async fn release(&self, task_id: &str, visible_at: Millis) -> Result<(), StoreError>;
     /// When the earliest queued task becomes visible.

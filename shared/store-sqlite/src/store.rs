@@ -492,6 +492,11 @@ impl EffectSink for SqliteStore {
     async fn send(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
         insert_tasks(&self.lock(), run_id, effects)
     }
+
+    /// The commit itself wrote these effects as task rows: nothing to send.
+    async fn send_committed(&self, _run_id: &str, _version: u64, _effects: &[Effect]) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -532,6 +537,18 @@ impl LocalQueue for SqliteStore {
     async fn ack(&self, task_id: &str) -> Result<(), StoreError> {
         self.lock().execute("DELETE FROM tasks WHERE task_id = ?1", [task_id]).map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn ack_many(&self, task_ids: &[String]) -> Result<(), StoreError> {
+        let mut connection = self.lock();
+        let tx = connection.transaction().map_err(unavailable)?;
+        {
+            let mut delete = tx.prepare_cached("DELETE FROM tasks WHERE task_id = ?1").map_err(unavailable)?;
+            for task_id in task_ids {
+                delete.execute([task_id]).map_err(unavailable)?;
+            }
+        }
+        tx.commit().map_err(unavailable)
     }
 
     async fn release(&self, task_id: &str, visible_at: Millis) -> Result<(), StoreError> {

@@ -95,10 +95,17 @@ pub async fn run_loop(
             }
         };
         backoff = Duration::from_millis(50);
+        // Finished tasks are acknowledged together after the batch: one write instead of one
+        // per task. A crash before that only redelivers tasks whose work is committed, which
+        // they detect and acknowledge.
+        let mut finished = Vec::with_capacity(tasks.len());
         for task in &tasks {
             let settled = match process_task(&services, task, options.crash).await {
                 Ok(TaskResult::Deferred(visible_at)) => queue.release(&task.id, visible_at).await,
-                Ok(_) => queue.ack(&task.id).await,
+                Ok(_) => {
+                    finished.push(task.id.clone());
+                    Ok(())
+                }
                 Err(err) => {
                     warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed; it will be redelivered");
                     let retry = services.clock.now() + 1_000 * u64::from(task.deliveries.min(30));
@@ -108,6 +115,9 @@ pub async fn run_loop(
             if let Err(err) = settled {
                 warn!(task = %task.id, error = %err, "settling a task failed; its lease will expire");
             }
+        }
+        if let Err(err) = queue.ack_many(&finished).await {
+            warn!(error = %err, "acknowledging tasks failed; their leases will expire and they will be redelivered");
         }
         if !tasks.is_empty() {
             continue;
