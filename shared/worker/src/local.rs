@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use tokio::sync::{watch, Notify};
 use tracing::{error, warn};
+use trellis_core::engine::Input;
 use trellis_core::ports::{Clock, LocalQueue, Notifier};
 use trellis_core::service::Services;
 use trellis_core::timefmt::Millis;
@@ -66,11 +67,14 @@ pub struct WorkerOptions {
     pub idle_poll: Duration,
     /// Test hook: abort at this point (see [`CrashPoint`]).
     pub crash: Option<CrashPoint>,
+    /// A task that still fails on this delivery fails its run with `step_delivery_exhausted`
+    /// (as the serverless dispatcher does on the queue's last allowed delivery).
+    pub max_deliveries: u32,
 }
 
 impl Default for WorkerOptions {
     fn default() -> Self {
-        Self { lease_ms: 30_000, batch: 64, idle_poll: Duration::from_secs(1), crash: None }
+        Self { lease_ms: 30_000, batch: 64, idle_poll: Duration::from_secs(1), crash: None, max_deliveries: 10 }
     }
 }
 
@@ -105,6 +109,17 @@ pub async fn run_loop(
                 Ok(_) => {
                     finished.push(task.id.clone());
                     Ok(())
+                }
+                Err(err) if task.deliveries >= options.max_deliveries => {
+                    warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed on its last delivery; failing its run");
+                    let input = Input::DeliveryExhausted { task_id: task.id.clone() };
+                    match services.apply_until_committed(&task.run_id, input).await {
+                        Ok(()) => {
+                            finished.push(task.id.clone());
+                            Ok(())
+                        }
+                        Err(_) => queue.release(&task.id, services.clock.now() + 30_000).await,
+                    }
                 }
                 Err(err) => {
                     warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed; it will be redelivered");
