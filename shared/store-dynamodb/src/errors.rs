@@ -28,3 +28,17 @@ pub(crate) fn is_size_limit<E: ProvideErrorMetadata, R>(error: &SdkError<E, R>) 
         _ => false,
     }
 }
+
+/// A conditional write whose condition did not hold is fine here (the record had already
+/// moved on); any other failure is reported.
+pub(crate) fn unless_condition_failed<T, E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
+    result: Result<T, SdkError<E, R>>,
+) -> Result<(), StoreError> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(SdkError::ServiceError(service)) if service.err().code() == Some("ConditionalCheckFailedException") => {
+            Ok(())
+        }
+        Err(error) => Err(unavailable(error)),
+    }
+}

@@ -15,7 +15,7 @@ use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
 use crate::codec::{self, check_limits, get_n, get_s, n, s, Item, Page};
-use crate::errors::{is_size_limit, unavailable};
+use crate::errors::{is_size_limit, unavailable, unless_condition_failed};
 use crate::keys::{self, MARKER_PREFIX, PAGE_PREFIX, PK, RUNS_BY_TENANT, SK};
 use crate::meter::Meter;
 
@@ -633,11 +633,7 @@ impl RunStore for DynamoStore {
             .expression_attribute_values(":pending", s("pending"))
             .send()
             .await;
-        match put {
-            Ok(_) => Ok(()),
-            Err(error) if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
-            Err(error) => Err(unavailable(error)),
-        }
+        unless_condition_failed(put)
     }
 
     async fn abandon_idempotency(&self, tenant: &str, endpoint: &str, key: &str) -> Result<(), StoreError> {
@@ -651,11 +647,7 @@ impl RunStore for DynamoStore {
             .expression_attribute_values(":pending", s("pending"))
             .send()
             .await;
-        match deleted {
-            Ok(_) => Ok(()),
-            Err(error) if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
-            Err(error) => Err(unavailable(error)),
-        }
+        unless_condition_failed(deleted)
     }
 
     async fn pending_effects(&self, run_id: &str) -> Result<Vec<Effect>, StoreError> {
