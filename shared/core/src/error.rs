@@ -35,6 +35,14 @@ pub enum DefinitionError {
         /// Nodes on (or behind) the cycle.
         nodes: Vec<String>,
     },
+    /// A node's config is refused by its kind (e.g. an approval gate with an unknown action).
+    #[error("node `{node_id}` has an invalid config: {message}")]
+    NodeConfig {
+        /// The node.
+        node_id: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A node the entry node cannot reach.
     #[error("node `{node_id}` cannot be reached from the entry node `{entry}`")]
     Unreachable {
@@ -55,6 +63,9 @@ impl DefinitionError {
                 json!({ "reason": "dangling_edge", "edgeId": edge_id, "nodeId": node_id })
             }
             Self::Cycle { nodes } => json!({ "reason": "cycle", "nodes": nodes }),
+            Self::NodeConfig { node_id, message } => {
+                json!({ "reason": "invalid_node_config", "nodeId": node_id, "problem": message })
+            }
             Self::Unreachable { node_id, entry } => {
                 json!({ "reason": "unreachable_node", "nodeId": node_id, "entryNodeId": entry })
             }
@@ -123,6 +134,10 @@ pub enum ServiceError {
         /// Machine-readable details.
         details: Value,
     },
+    /// An operator request the run's state refuses: an interrupt that cannot be resolved (or
+    /// a resume value it does not accept), a pause or resume in the wrong status.
+    #[error("{0}")]
+    Refused(crate::interrupt::Refusal),
     /// The same idempotency key was used with a different request body.
     #[error("the Idempotency-Key was already used with a different request")]
     IdempotencyKeyMismatch,
@@ -143,6 +158,7 @@ impl ServiceError {
             Self::Forbidden { .. } => "forbidden",
             Self::CapabilityRequired { .. } => "capability_required",
             Self::Conflict { code, .. } => code,
+            Self::Refused(refusal) => refusal.code(),
             Self::IdempotencyKeyMismatch => "idempotency_key_mismatch",
             Self::Unavailable => "service_unavailable",
             Self::Internal => "internal_error",

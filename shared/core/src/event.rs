@@ -32,6 +32,26 @@ pub mod types {
     pub const NODE_CANCELLED: &str = "node.cancelled";
     /// A limit was breached.
     pub const CAP_BREACHED: &str = "cap.breached";
+    /// A node suspended on an interrupt.
+    pub const NODE_SUSPENDED: &str = "node.suspended";
+    /// A suspended node got its resume value.
+    pub const NODE_RESUMED: &str = "node.resumed";
+    /// An interrupt was requested (payload: the `InterruptPayload`).
+    pub const INTERRUPT_REQUESTED: &str = "interrupt.requested";
+    /// An interrupt was resolved (or timed out).
+    pub const INTERRUPT_RESOLVED: &str = "interrupt.resolved";
+    /// Legacy companion of an approval interrupt.
+    pub const APPROVAL_REQUESTED: &str = "approval.requested";
+    /// One approval decision (a vote, the closing decision, or a timeout).
+    pub const APPROVAL_RECEIVED: &str = "approval.received";
+    /// Legacy companion of a clarification interrupt.
+    pub const CLARIFICATION_REQUESTED: &str = "clarification.requested";
+    /// The answers of a clarification.
+    pub const CLARIFICATION_RESOLVED: &str = "clarification.resolved";
+    /// An operator paused the run.
+    pub const RUN_PAUSED: &str = "run.paused";
+    /// An operator resumed the run.
+    pub const RUN_RESUMED: &str = "run.resumed";
 
     /// Whether `event_type` ends a run.
     pub fn is_terminal(event_type: &str) -> bool {

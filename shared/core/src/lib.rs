@@ -9,7 +9,8 @@
 //! - [`engine`]: a pure function `(workflow, state, input, now) → (state', events, effects)`,
 //!   whose run lifecycle is written as an explicit transition table;
 //! - [`nodes`]: the node kinds this host runs (`core.noop`, `core.delay`, `core.identity`,
-//!   `core.fail`), one module each behind one trait;
+//!   `core.fail`, `core.subWorkflow`, the gates and `core.interrupt`), behind one trait;
+//! - [`interrupt`]: interrupt payloads, judging resume values, signed interrupt tokens;
 //! - [`ports`]: the traits the adapters implement (store, clock, ids, commit notifier);
 //! - [`service`]: the use cases (create, read, cancel, process a task) written over the ports,
 //!   shared by every front end and backend.
@@ -20,6 +21,7 @@ pub mod bundled;
 pub mod engine;
 pub mod error;
 pub mod event;
+pub mod interrupt;
 pub mod limits;
 pub mod model;
 pub mod nodes;

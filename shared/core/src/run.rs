@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::interrupt::InterruptRecord;
 use crate::timefmt::Millis;
 
 /// The OpenWOP run status enum, complete (RFC 0094 §B added `cancelling`).
@@ -69,6 +70,8 @@ pub enum NodeStatus {
     Waiting,
     /// Started a child run and waits for it to end (`core.subWorkflow`).
     WaitingChild,
+    /// Suspended on an interrupt (approval, clarification, external event, …).
+    Suspended,
     /// Done.
     Completed,
     /// Failed.
@@ -108,9 +111,12 @@ pub struct NodeState {
 }
 
 impl NodeState {
-    /// Scheduled, parked on a timer, or waiting for a child.
+    /// Scheduled, parked on a timer, waiting for a child, or suspended on an interrupt.
     pub fn is_active(&self) -> bool {
-        matches!(self.status, NodeStatus::Scheduled | NodeStatus::Waiting | NodeStatus::WaitingChild)
+        matches!(
+            self.status,
+            NodeStatus::Scheduled | NodeStatus::Waiting | NodeStatus::WaitingChild | NodeStatus::Suspended
+        )
     }
 }
 
@@ -129,6 +135,44 @@ pub struct ParentLink {
 
 fn first_level() -> u32 {
     1
+}
+
+/// What `:pause` asked to drain before the run stands still.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrainPolicy {
+    /// Nothing progresses until `:resume`, not even a timer that fires meanwhile.
+    Immediate,
+    /// The node already executing (a delay's timer) may finish; nothing new starts.
+    DrainCurrentNode,
+}
+
+impl DrainPolicy {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Immediate => "immediate",
+            Self::DrainCurrentNode => "drain-current-node",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Immediate, Self::DrainCurrentNode].into_iter().find(|policy| policy.as_str() == text)
+    }
+}
+
+/// An operator pause in force.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseState {
+    /// What may still finish.
+    pub drain_policy: DrainPolicy,
+    /// The operator's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When.
+    pub paused_at: Millis,
 }
 
 /// Resolution of one edge.
@@ -257,16 +301,31 @@ pub struct RunState {
     /// The parent, when this is a child run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentLink>,
+    /// Every interrupt occurrence of the run, pending and closed, in request order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interrupts: Vec<InterruptRecord>,
+    /// The operator pause in force, while `paused`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseState>,
 }
 
 impl RunState {
-    /// The node currently parked on a timer, if any (the snapshot's `currentNodeId`).
+    /// The node the run waits at (the snapshot's `currentNodeId`): the one holding a pending
+    /// interrupt first, else one waiting for a child, parked on a timer, or scheduled.
     pub fn current_node(&self) -> Option<&str> {
+        if let Some(record) = self.pending_interrupt() {
+            return Some(record.node_id.as_str());
+        }
         self.nodes
             .iter()
             .find(|(_, node)| {
                 matches!(node.status, NodeStatus::Waiting | NodeStatus::WaitingChild | NodeStatus::Scheduled)
             })
             .map(|(id, _)| id.as_str())
+    }
+
+    /// The first pending interrupt, if any.
+    pub fn pending_interrupt(&self) -> Option<&InterruptRecord> {
+        self.interrupts.iter().find(|record| record.is_pending())
     }
 }

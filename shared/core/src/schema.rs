@@ -50,6 +50,27 @@ pub fn create_run_violations(body: &Value) -> Vec<Value> {
     violations(compiled(&CELL, CREATE_RUN_REQUEST), body)
 }
 
+/// Validates `instance` against a schema that came with data (an interrupt's
+/// `resumeSchema`, checked when the workflow was registered). `Err` holds the violations;
+/// a schema that does not compile is reported as one violation at `/`.
+pub fn check_against(schema: &Value, instance: &Value) -> Result<(), Vec<Value>> {
+    let validator = match jsonschema::options().offline().build(schema) {
+        Ok(validator) => validator,
+        Err(_) => return Err(vec![json!({ "path": "/", "message": "the resume schema does not compile" })]),
+    };
+    let found = violations(&validator, instance);
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(found)
+    }
+}
+
+/// Whether `schema` compiles as a JSON Schema.
+pub fn compiles(schema: &Value) -> bool {
+    jsonschema::options().offline().build(schema).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

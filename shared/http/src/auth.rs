@@ -26,6 +26,8 @@ pub enum Scope {
     ManifestRead,
     /// Registering workflow definitions (host extension).
     WorkflowsWrite,
+    /// Resolving interrupts on the run-scoped surface.
+    ApprovalsRespond,
 }
 
 impl Scope {
@@ -37,12 +39,19 @@ impl Scope {
             Self::RunsCancel => "runs:cancel",
             Self::ManifestRead => "manifest:read",
             Self::WorkflowsWrite => "workflows:write",
+            Self::ApprovalsRespond => "approvals:respond",
         }
     }
 
     /// Every scope this host checks.
-    pub const ALL: [Scope; 5] =
-        [Self::RunsCreate, Self::RunsRead, Self::RunsCancel, Self::ManifestRead, Self::WorkflowsWrite];
+    pub const ALL: [Scope; 6] = [
+        Self::RunsCreate,
+        Self::RunsRead,
+        Self::RunsCancel,
+        Self::ManifestRead,
+        Self::WorkflowsWrite,
+        Self::ApprovalsRespond,
+    ];
 }
 
 /// One API key as stored: its hash, tenant and scopes.

@@ -6,12 +6,16 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use trellis_core::interrupt::{InterruptKind, APPROVAL_ACTIONS, PROFILES, TOKEN_LIFETIME_MS};
 use trellis_core::limits::HostLimits;
 
 use crate::AppState;
 
 /// The OpenAPI 3.1 document of the routes served (`schemas/openapi.json`).
 pub const OPENAPI: &str = include_str!("../../../schemas/openapi.json");
+
+/// The envelope kinds listed: the four universal kinds of RFC 0094 §F.
+const UNIVERSAL_ENVELOPES: [&str; 4] = ["clarification.request", "schema.request", "schema.response", "error"];
 
 /// The discovery document, built once at start.
 #[derive(Debug, Clone)]
@@ -28,8 +32,11 @@ impl Discovery {
             "implementation": { "name": "trellis", "version": env!("CARGO_PKG_VERSION"), "vendor": "trellis" },
             "engineVersion": 1,
             "eventLogSchemaVersion": 2,
-            "supportedEnvelopes": [],
-            "schemaVersions": {},
+            // Listing `clarification.request` claims the `openwop-interrupts` profile, and a
+            // host that lists any envelope kind must list the four universal ones (RFC 0094
+            // §F). Trellis runs no LLM nodes, so no node ever produces the other three.
+            "supportedEnvelopes": UNIVERSAL_ENVELOPES,
+            "schemaVersions": { "clarification.request": 1, "schema.request": 1, "schema.response": 1, "error": 1 },
             "supportedTransports": ["rest"],
             "limits": {
                 "clarificationRounds": 0,
@@ -45,6 +52,16 @@ impl Discovery {
             },
         });
         document["debugBundle"] = json!({ "supported": true });
+        document["interrupts"] = json!({
+            "supportedKinds": InterruptKind::supported(),
+            "approvalActions": APPROVAL_ACTIONS,
+            "profiles": PROFILES,
+            "resolution": ["run-scoped", "signed-token"],
+            "tokenTtlSeconds": TOKEN_LIFETIME_MS / 1000,
+        });
+        document["runs"] = json!({
+            "pauseResume": { "supported": true, "drainPolicies": ["immediate", "drain-current-node"] },
+        });
         document["subWorkflow"] = json!({ "inputMapping": true });
         document["idempotency"] =
             json!({ "supported": true, "layer1RetentionSeconds": 86_400, "crossRegion": "single-region" });

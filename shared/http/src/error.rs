@@ -81,6 +81,14 @@ impl From<ServiceError> for ApiError {
             ServiceError::Conflict { details, .. } => {
                 Self::new(StatusCode::CONFLICT, code, message).with_details(details)
             }
+            ServiceError::Refused(refusal) => {
+                let status = StatusCode::from_u16(refusal.http_status()).unwrap_or(StatusCode::CONFLICT);
+                let error = Self::new(status, code, message);
+                match refusal.details() {
+                    Some(details) => error.with_details(details),
+                    None => error,
+                }
+            }
             ServiceError::IdempotencyKeyMismatch => Self::new(StatusCode::CONFLICT, code, message),
             ServiceError::Unavailable => Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
                 .with_details(json!({ "retriable": true, "retryAfter": 1 })),

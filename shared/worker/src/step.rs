@@ -85,6 +85,11 @@ pub async fn process_task(
                 debug!(run_id = %task.run_id, task = %task.id, reason, "task ignored");
                 return Ok(TaskResult::Ignored);
             }
+            Verdict::Refused(refusal) => {
+                // Tasks carry no operator requests; a refusal here means nothing to do.
+                warn!(run_id = %task.run_id, task = %task.id, %refusal, "task refused");
+                return Ok(TaskResult::Ignored);
+            }
             Verdict::Later => {
                 let now = services.clock.now();
                 let run = &decision.run;

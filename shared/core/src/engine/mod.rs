@@ -6,13 +6,15 @@
 //! [`transitions`] holds the run lifecycle table; [`progress`] the node execution and
 //! graph propagation it calls.
 
+mod control;
 mod progress;
 pub mod transitions;
 
 use serde::{Deserialize, Serialize};
 
 use crate::event::RunEvent;
-use crate::run::{NodeStatus, RunState, RunStatus};
+use crate::interrupt::{Refusal, Resolution};
+use crate::run::{DrainPolicy, NodeStatus, RunState, RunStatus};
 use crate::timefmt::Millis;
 
 pub use progress::PARENT_CANCELLED;
@@ -62,6 +64,30 @@ pub enum Input {
     },
     /// An operator asked to cancel.
     Cancel {
+        /// Free-text reason.
+        reason: Option<String>,
+    },
+    /// A child run started by a node changed status without ending (it suspended on an
+    /// interrupt, or resumed): the parent mirrors a waiting child.
+    ChildStatus {
+        /// The parent's node.
+        node_id: String,
+        /// The child run.
+        child_run_id: String,
+        /// Its status now.
+        status: RunStatus,
+    },
+    /// Someone resolves (or votes on) an interrupt.
+    Resolve(Resolution),
+    /// An operator asked to pause.
+    Pause {
+        /// Free-text reason.
+        reason: Option<String>,
+        /// What may still finish.
+        drain_policy: DrainPolicy,
+    },
+    /// An operator asked to resume a paused run.
+    Resume {
         /// Free-text reason.
         reason: Option<String>,
     },
@@ -121,13 +147,18 @@ pub enum Effect {
         /// When.
         due_at: Millis,
     },
-    /// Tell the parent that this child run ended.
+    /// Tell the parent that this child run ended, suspended or resumed (the parent reads
+    /// the child's state when the notice arrives).
     #[serde(rename_all = "camelCase")]
     NotifyParent {
         /// The parent run.
         parent_run_id: String,
         /// The parent's node.
         parent_node_id: String,
+        /// The child's version before the commit that issued the notice (one notice per
+        /// commit, so FIFO deduplication never swallows a later one).
+        #[serde(default)]
+        at_version: u64,
         /// When.
         due_at: Millis,
     },
@@ -173,7 +204,7 @@ impl Effect {
             Self::Deadline { .. } => format!("{run_id}/deadline"),
             Self::StartChild { node_id, activation, .. } => format!("{run_id}/start-child/{node_id}/{activation}"),
             Self::CancelChild { child_run_id, .. } => format!("{run_id}/cancel-child/{child_run_id}"),
-            Self::NotifyParent { .. } => format!("{run_id}/notify-parent"),
+            Self::NotifyParent { at_version, .. } => format!("{run_id}/notify-parent/{at_version}"),
         }
     }
 
@@ -194,7 +225,7 @@ impl Effect {
 }
 
 /// What the engine decided about an input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
     /// The state changed: commit it with the events and effects.
     Applied,
@@ -204,6 +235,9 @@ pub enum Verdict {
     Stale,
     /// Not now (the run is paused or parked): keep the task and try again later.
     Later,
+    /// An operator's request that the run's state does not allow (an interrupt that cannot
+    /// be resolved, a pause of a run that is not running): nothing changes.
+    Refused(Refusal),
 }
 
 /// The result of [`apply`].
@@ -233,7 +267,7 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
                 activation: node.activation,
                 due_at: state.started_at.unwrap_or(state.created_at),
             }),
-            NodeStatus::Waiting => Some(Effect::Wake {
+            NodeStatus::Waiting | NodeStatus::Suspended if node.wake_at.is_some() => Some(Effect::Wake {
                 node_id: node_id.clone(),
                 activation: node.activation,
                 due_at: node.wake_at.unwrap_or_default(),
@@ -259,3 +293,5 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod control_tests;

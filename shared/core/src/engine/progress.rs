@@ -13,21 +13,27 @@ use crate::model::definition::{PortRef, PortValue};
 use crate::model::Workflow;
 use crate::nodes::subworkflow::SubWorkflowConfig;
 use crate::nodes::{self, NodeContext, NodeOutcome};
+use crate::interrupt::InterruptState;
 use crate::run::{EdgeStatus, NodeState, NodeStatus, RunError, RunState, RunStatus};
 use crate::timefmt::Millis;
 
 /// The cancel reason a cascade from a parent carries.
 pub const PARENT_CANCELLED: &str = "parent-cancelled";
 
+/// `waiting-approval`, `waiting-input` or `waiting-external`.
+pub(super) fn is_waiting(status: RunStatus) -> bool {
+    matches!(status, RunStatus::WaitingApproval | RunStatus::WaitingInput | RunStatus::WaitingExternal)
+}
+
 /// One application of an input: accumulates events and effects against a working copy of
 /// the state, which replaces the caller's only when the verdict is [`Verdict::Applied`].
 pub(super) struct Transition<'a> {
-    workflow: &'a Workflow,
+    pub(super) workflow: &'a Workflow,
     original: &'a mut RunState,
-    state: RunState,
-    now: Millis,
+    pub(super) state: RunState,
+    pub(super) now: Millis,
     events: Vec<RunEvent>,
-    effects: Vec<Effect>,
+    pub(super) effects: Vec<Effect>,
 }
 
 impl<'a> Transition<'a> {
@@ -40,8 +46,14 @@ impl<'a> Transition<'a> {
         self.state.status
     }
 
-    pub(super) fn finish(self, verdict: Verdict) -> Outcome {
+    pub(super) fn finish(mut self, verdict: Verdict) -> Outcome {
         if verdict == Verdict::Applied {
+            self.settle_status();
+            let (before, after) = (self.original.status, self.state.status);
+            let waiting_changed = before != after && (is_waiting(before) || is_waiting(after));
+            if waiting_changed && !after.is_terminal() && after != RunStatus::Cancelling {
+                self.notify_parent();
+            }
             *self.original = self.state;
             Outcome { verdict, events: self.events, effects: self.effects }
         } else {
@@ -49,7 +61,7 @@ impl<'a> Transition<'a> {
         }
     }
 
-    fn emit(&mut self, event_type: &str, node_id: Option<&str>, payload: Value) {
+    pub(super) fn emit(&mut self, event_type: &str, node_id: Option<&str>, payload: Value) {
         self.events.push(RunEvent {
             sequence: self.state.next_sequence,
             event_type: event_type.to_owned(),
@@ -140,6 +152,7 @@ impl<'a> Transition<'a> {
                 self.effects.push(Effect::Wake { node_id: node_id.to_owned(), activation, due_at });
             }
             NodeOutcome::SpawnChild { workflow_id } => self.spawn_child(node_id, workflow_id),
+            NodeOutcome::Suspend(request) => self.suspend(node_id, request),
         }
         Verdict::Applied
     }
@@ -212,6 +225,9 @@ impl<'a> Transition<'a> {
 
     pub(super) fn wake(&mut self, node_id: &str, activation: u32) -> Verdict {
         match self.state.nodes.get(node_id) {
+            Some(node) if node.status == NodeStatus::Suspended && node.activation == activation => {
+                self.interrupt_timeout(node_id)
+            }
             Some(node) if node.status == NodeStatus::Waiting && node.activation == activation => {
                 if node.wake_at.is_some_and(|due| due > self.now) {
                     return Verdict::Later;
@@ -263,6 +279,8 @@ impl<'a> Transition<'a> {
 
     pub(super) fn cancel_now(&mut self, reason: Option<String>) -> Verdict {
         let reason = reason.unwrap_or_else(|| "cancelled by request".to_owned());
+        let cascade = reason == PARENT_CANCELLED;
+        self.close_pending_interrupts(InterruptState::Cancelled { cascade });
         self.cancel_active_nodes(&reason);
         self.state.status = RunStatus::Cancelled;
         self.state.cancel_reason = Some(reason.clone());
@@ -278,7 +296,7 @@ impl<'a> Transition<'a> {
 
     // ----- helpers ----------------------------------------------------------------------
 
-    fn node_mut(&mut self, node_id: &str) -> &mut NodeState {
+    pub(super) fn node_mut(&mut self, node_id: &str) -> &mut NodeState {
         self.state.nodes.entry(node_id.to_owned()).or_insert_with(|| NodeState {
             status: NodeStatus::Idle,
             activation: 0,
@@ -291,7 +309,7 @@ impl<'a> Transition<'a> {
         })
     }
 
-    fn schedule(&mut self, node_id: &str) {
+    pub(super) fn schedule(&mut self, node_id: &str) {
         let now = self.now;
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Scheduled;
@@ -324,7 +342,7 @@ impl<'a> Transition<'a> {
     }
 
     /// Completes a node; `merge` copies its outputs into the run's variables.
-    fn complete_node(&mut self, node_id: &str, outputs: Map<String, Value>, merge: bool) {
+    pub(super) fn complete_node(&mut self, node_id: &str, outputs: Map<String, Value>, merge: bool) {
         let Some(index) = self.workflow.graph.index_of(node_id) else { return };
         let mut resolutions = Vec::new();
         for &edge in &self.workflow.graph.outgoing[index] {
@@ -391,7 +409,7 @@ impl<'a> Transition<'a> {
         }
     }
 
-    fn complete_run(&mut self) {
+    pub(super) fn complete_run(&mut self) {
         let mut outputs = Map::new();
         for (index, node) in self.workflow.definition.nodes.iter().enumerate() {
             if !self.workflow.graph.outgoing[index].is_empty() {
@@ -414,12 +432,13 @@ impl<'a> Transition<'a> {
             self.effects.push(Effect::NotifyParent {
                 parent_run_id: parent.run_id.clone(),
                 parent_node_id: parent.node_id.clone(),
+                at_version: self.state.version,
                 due_at: self.now,
             });
         }
     }
 
-    fn fail_node(&mut self, node_id: &str, error: RunError) {
+    pub(super) fn fail_node(&mut self, node_id: &str, error: RunError) {
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Failed;
         node.wake_at = None;
@@ -428,6 +447,7 @@ impl<'a> Transition<'a> {
     }
 
     fn fail_run(&mut self, error: RunError, failed_node: Option<&str>, cancel_reason: &str) {
+        self.close_pending_interrupts(InterruptState::Gone);
         self.cancel_active_nodes(cancel_reason);
         let mut payload = json!({ "error": error, "durationMs": self.elapsed_since_start() });
         if let Some(node_id) = failed_node {

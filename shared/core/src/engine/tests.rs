@@ -6,7 +6,7 @@ use super::*;
 use crate::model::Workflow;
 use crate::run::{RunState, RunStatus};
 
-fn workflow(nodes: Value, edges: Value) -> Workflow {
+pub(super) fn workflow(nodes: Value, edges: Value) -> Workflow {
     Workflow::compile(json!({"id": "w", "name": "w", "nodes": nodes, "edges": edges})).unwrap()
 }
 
@@ -19,7 +19,7 @@ fn chain(ids: &[&str]) -> Workflow {
     workflow(json!(nodes), json!(edges))
 }
 
-fn pending(workflow: &Workflow, variables: Value) -> RunState {
+pub(super) fn pending(workflow: &Workflow, variables: Value) -> RunState {
     let mut run = crate::testing::pending_run(workflow, "run-1", "t");
     run.variables = variables.as_object().unwrap().clone();
     run.inputs = run.variables.clone();
@@ -28,7 +28,7 @@ fn pending(workflow: &Workflow, variables: Value) -> RunState {
 
 /// Feeds every step effect back until none is left (timers are not fired); returns all
 /// events as `(type, nodeId)`.
-fn drive(workflow: &Workflow, state: &mut RunState, now: Millis) -> Vec<(String, Option<String>)> {
+pub(super) fn drive(workflow: &Workflow, state: &mut RunState, now: Millis) -> Vec<(String, Option<String>)> {
     let mut log = Vec::new();
     let mut queue = vec![Input::Start];
     while let Some(input) = queue.pop() {
@@ -43,7 +43,7 @@ fn drive(workflow: &Workflow, state: &mut RunState, now: Millis) -> Vec<(String,
     log
 }
 
-fn types(log: &[(String, Option<String>)]) -> Vec<String> {
+pub(super) fn types(log: &[(String, Option<String>)]) -> Vec<String> {
     log.iter()
         .map(|(t, n)| match n {
             Some(n) => format!("{t}:{n}"),

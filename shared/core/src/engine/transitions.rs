@@ -1,27 +1,37 @@
 //! The run lifecycle as an explicit transition table: one `match` on `(status, input)` with
-//! no catch-all arm. Late and duplicate inputs are rows too.
+//! no catch-all arm. Late and duplicate inputs are rows too. `waiting-*` below means
+//! `waiting-approval`, `waiting-input` and `waiting-external`.
 //!
 //! | status                         | input            | result                                            |
 //! |--------------------------------|------------------|---------------------------------------------------|
 //! | pending                        | start            | running; `run.started`; entry node scheduled       |
 //! | pending                        | cancel           | cancelled; `run.cancelled`                         |
 //! | pending                        | step/wake/deadline | ignored (nothing was issued yet)                 |
-//! | running                        | step             | execute the node, or stale if it moved on          |
-//! | running                        | wake             | complete the parked node, or stale                 |
+//! | running, waiting-*             | step             | execute the node, or stale if it moved on (other branches run while one node waits) |
+//! | running, waiting-*             | wake             | complete the parked node, time out a suspended one, or stale |
+//! | paused                         | step             | later (resume re-issues it)                        |
+//! | paused                         | wake             | `drain-current-node`: as running; `immediate`: later |
 //! | running, paused, waiting-*     | child finished   | node completes (output mapping) or fails, or stale |
-//! | pending                        | child finished   | ignored                                            |
+//! | running, paused, waiting-*     | child status     | the node records it; the run mirrors a waiting child |
+//! | pending                        | child finished/status | ignored                                       |
 //! | cancelling                     | child finished   | cancelled                                          |
+//! | cancelling                     | child status     | ignored                                            |
 //! | running, paused, waiting-*     | deadline         | `cap.breached` run-duration; failed `run_timeout`   |
-//! | running, paused, waiting-*     | cancel           | step in flight → cancelling; parked (timer, child) → cancelled, child cancelled too |
-//! | paused, waiting-*              | step/wake        | later (keep the task until the run resumes)        |
+//! | running, paused, waiting-*     | cancel           | step in flight → cancelling; otherwise cancelled now (child cancelled too, interrupts closed) |
 //! | running, paused, waiting-*     | start            | ignored (duplicate)                                |
 //! | cancelling                     | step/wake/deadline | cancelled; `node.cancelled`…, `run.cancelled`    |
 //! | cancelling                     | cancel/start     | ignored                                            |
-//! | pending, running, paused, waiting-*, cancelling | delivery exhausted | failed `step_delivery_exhausted` |
-//! | completed, failed, cancelled   | anything         | ignored (terminal)                                 |
+//! | any but terminal               | delivery exhausted | failed `step_delivery_exhausted`                 |
+//! | any                            | resolve          | judged against the interrupt occurrence: vote recorded, resumed, or refused with why |
+//! | running                        | pause            | paused; `run.paused`                               |
+//! | any other                      | pause            | refused (`run_state_conflict`, a suspension is never overridden) |
+//! | paused                         | resume           | running or waiting-*; `run.resumed`; steps and timers re-issued |
+//! | any other                      | resume           | refused (`run_state_conflict`)                     |
+//! | completed, failed, cancelled   | anything else    | ignored (terminal)                                 |
 
 use super::progress::Transition;
 use super::{Input, Outcome, Verdict};
+use crate::interrupt::Refusal;
 use crate::model::Workflow;
 use crate::run::{RunState, RunStatus};
 use crate::timefmt::Millis;
@@ -35,11 +45,28 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
     };
     let mut tx = Transition::new(workflow, state, now);
     let verdict = match (tx.status(), input) {
+        (_, Input::Resolve(resolution)) => tx.resolve(resolution),
+        (Running, Input::Pause { reason, drain_policy }) => tx.pause(reason, drain_policy),
+        (status, Input::Pause { .. }) => Verdict::Refused(Refusal::RunState(status)),
+        (Paused, Input::Resume { reason }) => tx.resume(reason),
+        (status, Input::Resume { .. }) => Verdict::Refused(Refusal::RunState(status)),
         (Pending, Input::Start) => tx.start(),
         (Pending, Input::Cancel { reason }) => tx.cancel_now(reason),
         (Pending, Input::Step { .. } | Input::Wake { .. } | Input::Deadline) => Verdict::Ignored("run has not started"),
-        (Running, Input::Step { node_id, activation }) => tx.step(&node_id, activation),
-        (Running, Input::Wake { node_id, activation }) => tx.wake(&node_id, activation),
+        (Running | WaitingApproval | WaitingInput | WaitingExternal, Input::Step { node_id, activation }) => {
+            tx.step(&node_id, activation)
+        }
+        (Running | WaitingApproval | WaitingInput | WaitingExternal, Input::Wake { node_id, activation }) => {
+            tx.wake(&node_id, activation)
+        }
+        (Paused, Input::Step { .. }) => Verdict::Later,
+        (Paused, Input::Wake { node_id, activation }) => {
+            if tx.drains_current_node() {
+                tx.wake(&node_id, activation)
+            } else {
+                Verdict::Later
+            }
+        }
         (Running | Paused | WaitingApproval | WaitingInput | WaitingExternal, Input::Deadline) => tx.deadline(),
         (Running | Paused | WaitingApproval | WaitingInput | WaitingExternal, Input::Cancel { reason }) => {
             if tx.has_step_in_flight() {
@@ -52,11 +79,13 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
             Running | Paused | WaitingApproval | WaitingInput | WaitingExternal,
             Input::ChildFinished { node_id, child_run_id, status, variables, error },
         ) => tx.child_finished(&node_id, &child_run_id, status, &variables, error),
-        (Pending, Input::ChildFinished { .. }) => Verdict::Ignored("run has not started"),
+        (
+            Running | Paused | WaitingApproval | WaitingInput | WaitingExternal,
+            Input::ChildStatus { node_id, child_run_id, status },
+        ) => tx.child_status(&node_id, &child_run_id, status),
+        (Pending, Input::ChildFinished { .. } | Input::ChildStatus { .. }) => Verdict::Ignored("run has not started"),
         (Cancelling, Input::ChildFinished { .. }) => tx.finish_cancel(),
-        (Paused | WaitingApproval | WaitingInput | WaitingExternal, Input::Step { .. } | Input::Wake { .. }) => {
-            Verdict::Later
-        }
+        (Cancelling, Input::ChildStatus { .. }) => Verdict::Ignored("cancel already accepted"),
         (Running | Paused | WaitingApproval | WaitingInput | WaitingExternal, Input::Start) => {
             Verdict::Ignored("run already started")
         }

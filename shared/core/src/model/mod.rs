@@ -69,6 +69,9 @@ impl Workflow {
             DefinitionError::Schema { violations: vec![json!({ "path": "", "message": error.to_string() })] }
         })?;
         let graph = Graph::build(&definition)?;
+        if let Some((node_id, message)) = nodes::find_invalid_config(&definition) {
+            return Err(DefinitionError::NodeConfig { node_id, message });
+        }
         let gap = nodes::find_gap(&definition);
         let content_hash = content_hash(&document);
         Ok(Self { document, definition, content_hash, graph, gap })

@@ -5,12 +5,14 @@
 
 mod delay;
 mod fail;
+mod gates;
 mod identity;
 mod noop;
 pub mod subworkflow;
 
 use serde_json::{Map, Value};
 
+use crate::interrupt::request::{ConfigIssue, InterruptRequest};
 use crate::model::definition::{PortRef, PortValue, WorkflowDefinition};
 use crate::model::CapabilityGap;
 use crate::run::RunError;
@@ -45,19 +47,34 @@ pub enum NodeOutcome {
         /// The child's workflow id.
         workflow_id: String,
     },
+    /// Suspend on an interrupt until it is resolved.
+    Suspend(InterruptRequest),
 }
 
 /// One node kind.
 pub trait NodeKind: Sync {
     /// The `typeId` it implements.
     fn type_id(&self) -> &'static str;
+    /// Checks a node's config when its workflow is registered (the default accepts any).
+    fn check(&self, node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue> {
+        let _ = (node_id, config);
+        Ok(())
+    }
     /// Runs the node.
     fn execute(&self, context: &NodeContext<'_>) -> NodeOutcome;
 }
 
 /// Every node kind this host runs.
-static KINDS: &[&dyn NodeKind] =
-    &[&noop::Noop, &delay::Delay, &identity::Identity, &fail::Fail, &subworkflow::SubWorkflow];
+static KINDS: &[&dyn NodeKind] = &[
+    &noop::Noop,
+    &delay::Delay,
+    &identity::Identity,
+    &fail::Fail,
+    &subworkflow::SubWorkflow,
+    &gates::ApprovalGate,
+    &gates::ClarificationGate,
+    &gates::Interrupt,
+];
 
 /// The kind implementing `type_id`, if this host runs it.
 pub fn kind(type_id: &str) -> Option<&'static dyn NodeKind> {
@@ -83,12 +100,20 @@ fn capability_for(type_id: &str) -> String {
 /// The first thing in `definition` this host cannot run, if any.
 pub fn find_gap(definition: &WorkflowDefinition) -> Option<CapabilityGap> {
     for node in &definition.nodes {
-        if kind(&node.type_id).is_none() {
+        let Some(found) = kind(&node.type_id) else {
             return Some(CapabilityGap {
                 required_capability: capability_for(&node.type_id),
                 offending_type_id: Some(node.type_id.clone()),
                 node_id: Some(node.id.clone()),
                 message: format!("this host does not run node type `{}`", node.type_id),
+            });
+        };
+        if let Err(ConfigIssue::Capability(capability)) = found.check(&node.id, &node.config) {
+            return Some(CapabilityGap {
+                required_capability: capability.to_owned(),
+                offending_type_id: Some(node.type_id.clone()),
+                node_id: Some(node.id.clone()),
+                message: format!("node `{}` needs `{capability}`, which this host does not advertise", node.id),
             });
         }
         let uses_expression =
@@ -109,6 +134,14 @@ pub fn find_gap(definition: &WorkflowDefinition) -> Option<CapabilityGap> {
             node_id: Some(edge.source_node_id.clone()),
             message: format!("edge `{}` uses an expression condition; this host has no expression language", edge.id),
         }
+    })
+}
+
+/// The first node whose config its kind refuses, as `(node id, reason)`.
+pub fn find_invalid_config(definition: &WorkflowDefinition) -> Option<(String, String)> {
+    definition.nodes.iter().find_map(|node| match kind(&node.type_id)?.check(&node.id, &node.config) {
+        Err(ConfigIssue::Invalid(message)) => Some((node.id.clone(), message)),
+        _ => None,
     })
 }
 

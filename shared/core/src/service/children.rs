@@ -1,6 +1,6 @@
 //! Child runs of `core.subWorkflow`: creating the child a parent's node asked for (only while
 //! that node still waits for it, so a cancelled parent leaves no orphan), and turning a
-//! child's end into the parent's input.
+//! child's notice (it ended, suspended or resumed) into the parent's input.
 
 use serde_json::Map;
 
@@ -132,11 +132,16 @@ impl Services {
         self.apply_until_committed(parent_run_id, input).await
     }
 
-    /// The parent's input for a child that ended.
+    /// The parent's input for a child's notice, from the child's current state: it ended,
+    /// or it now waits on an interrupt (or runs again), which the parent mirrors.
     pub async fn child_outcome(&self, child_run_id: &str, parent_node_id: &str) -> Result<Option<Input>, ServiceError> {
         let Some(child) = self.store.load_run(child_run_id).await? else { return Ok(None) };
         if !child.status.is_terminal() {
-            return Ok(None);
+            return Ok(Some(Input::ChildStatus {
+                node_id: parent_node_id.to_owned(),
+                child_run_id: child_run_id.to_owned(),
+                status: child.status,
+            }));
         }
         Ok(Some(Input::ChildFinished {
             node_id: parent_node_id.to_owned(),

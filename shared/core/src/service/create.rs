@@ -165,6 +165,8 @@ pub(crate) fn new_run(
         metadata: None,
         scope_id: None,
         parent: None,
+        interrupts: Vec::new(),
+        pause: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! it, and advance it by one task. HTTP handlers and queue workers are thin callers.
 
 mod children;
+mod control;
 mod create;
 mod idempotency;
 mod workflows;

@@ -2,6 +2,7 @@
 
 pub(crate) mod debug;
 pub(crate) mod events;
+pub(crate) mod interrupts;
 pub(crate) mod list;
 pub(crate) mod runs;
 pub(crate) mod stream;

@@ -1,5 +1,6 @@
-//! Runs: create (`POST /v1/runs`), read (`GET /v1/runs/{runId}`) and cancel
-//! (`POST /v1/runs/{runId}/cancel`, also spelled `POST /v1/runs/{runId}:cancel`).
+//! Runs: create (`POST /v1/runs`), read (`GET /v1/runs/{runId}`), cancel
+//! (`POST /v1/runs/{runId}/cancel`, also spelled `POST /v1/runs/{runId}:cancel`), bulk
+//! cancel, and operator pause and resume (`:pause`, `:resume`).
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -10,8 +11,10 @@ use axum::Json;
 use serde_json::{json, Value};
 use trellis_core::service::CreateOutcome;
 use trellis_core::timefmt::rfc3339;
+use trellis_core::run::DrainPolicy;
 use trellis_core::RunState;
 
+use super::interrupts::{interrupt_view, signer};
 use super::json_body;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
@@ -70,10 +73,14 @@ pub(crate) async fn snapshot(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
     let run = state.services.get_run(caller.tenant(), &run_id).await?;
-    Ok(Json(render_snapshot(&run)))
+    let mut doc = render_snapshot(&run);
+    if let Some(view) = interrupt_view(&signer(&state), &run, state.services.clock.now()) {
+        doc["interrupt"] = view;
+    }
+    Ok(Json(doc))
 }
 
-/// `POST /v1/runs/{runId}:<verb>`: the colon custom methods. Only `cancel` is served.
+/// `POST /v1/runs/{runId}:<verb>`: the colon custom methods `cancel`, `pause` and `resume`.
 pub(crate) async fn custom_method(
     caller: Caller,
     state: State<AppState>,
@@ -82,6 +89,8 @@ pub(crate) async fn custom_method(
 ) -> Result<Response, ApiError> {
     match raw.rsplit_once(':') {
         Some((run_id, "cancel")) => cancel(caller, state, Path(run_id.to_owned()), body).await,
+        Some((run_id, "pause")) => pause(caller, state, run_id, &body).await,
+        Some((run_id, "resume")) => resume(caller, state, run_id, &body).await,
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")),
     }
 }
@@ -115,6 +124,62 @@ pub(crate) async fn cancel(
         body["alreadyTerminal"] = json!(true);
     }
     Ok((StatusCode::OK, Json(body)).into_response())
+}
+
+/// The fields of a `:pause` / `:resume` body, each optional.
+fn operator_body(body: &[u8], allowed: &[&str]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    match json_body(body)? {
+        None => Ok(serde_json::Map::new()),
+        Some(Value::Object(fields)) => {
+            if fields.keys().any(|key| !allowed.contains(&key.as_str())) {
+                return Err(ApiError::validation(format!("this body accepts only {allowed:?}"))
+                    .with_details(json!({ "allowed": allowed })));
+            }
+            if fields.get("reason").is_some_and(|reason| !reason.is_string() && !reason.is_null()) {
+                return Err(ApiError::validation("`reason` must be a string"));
+            }
+            Ok(fields)
+        }
+        Some(_) => Err(ApiError::validation("the body must be a JSON object")),
+    }
+}
+
+/// `POST /v1/runs/{runId}:pause` with `{reason?, drainPolicy?}` (default `drain-current-node`).
+async fn pause(caller: Caller, State(state): State<AppState>, run_id: &str, body: &[u8]) -> Result<Response, ApiError> {
+    caller.require(Scope::RunsCancel)?;
+    let fields = operator_body(body, &["reason", "drainPolicy"])?;
+    let reason = fields.get("reason").and_then(Value::as_str).map(str::to_owned);
+    let drain_policy = match fields.get("drainPolicy") {
+        None | Some(Value::Null) => DrainPolicy::DrainCurrentNode,
+        Some(value) => value.as_str().and_then(DrainPolicy::parse).ok_or_else(|| {
+            ApiError::validation("`drainPolicy` must be `immediate` or `drain-current-node`").with_details(
+                json!({ "unsupportedDrainPolicy": value, "supported": ["immediate", "drain-current-node"] }),
+            )
+        })?,
+    };
+    let run = state.services.pause_run(caller.tenant(), run_id, reason, drain_policy).await?;
+    let paused_at = run.pause.as_ref().map_or(run.created_at, |pause| pause.paused_at);
+    let body = json!({
+        "runId": run.run_id,
+        "status": run.status.as_str(),
+        "pausedAt": rfc3339(paused_at),
+        "drainPolicy": drain_policy.as_str(),
+    });
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// `POST /v1/runs/{runId}:resume` with `{reason?}`.
+async fn resume(caller: Caller, State(state): State<AppState>, run_id: &str, body: &[u8]) -> Result<Response, ApiError> {
+    caller.require(Scope::RunsCancel)?;
+    let fields = operator_body(body, &["reason"])?;
+    let reason = fields.get("reason").and_then(Value::as_str).map(str::to_owned);
+    let run = state.services.resume_run(caller.tenant(), run_id, reason).await?;
+    let body = json!({
+        "runId": run.run_id,
+        "status": run.status.as_str(),
+        "resumedAt": rfc3339(state.services.clock.now()),
+    });
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
 /// Most ids one bulk cancel takes.

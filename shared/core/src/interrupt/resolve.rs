@@ -1,0 +1,277 @@
+//! Judging a resume value against a pending interrupt. Pure: the engine applies the verdict.
+//!
+//! Order of checks: the auth-required profile (a token may not resolve), the resume schema,
+//! then the kind's own rules — approvals: the approver list, `refine` needs `refineFeedback`,
+//! `edit-accept` needs `editedArtifactData`, then the vote and the quorum; clarifications:
+//! every question answered; external events: every correlation key matches.
+
+use serde_json::{json, Map, Value};
+
+use super::{InterruptKind, InterruptRecord, Refusal, Resolver, Vote, AUTH_REQUIRED_PROFILE};
+use crate::run::RunError;
+use crate::timefmt::Millis;
+
+/// How an interrupt closes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Closing {
+    /// `accept`, `reject`, `refine`, `edit-accept`, `answered`, `received`, `resumed`.
+    pub outcome: String,
+    /// The node's outputs when it completes.
+    pub outputs: Map<String, Value>,
+    /// Set when the node fails instead (a rejection).
+    pub failure: Option<RunError>,
+    /// `refine`: the node suspends again with a new occurrence.
+    pub refine: bool,
+    /// `decidedBy` of the closing decision (`quorum:<n>-of-<m>` for a quorum).
+    pub resolved_by: String,
+    /// The resume value as recorded on `interrupt.resolved` (clarification answers as a map).
+    pub resume_value: Value,
+}
+
+/// What a resume value does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgement {
+    /// The vote it cast, for approvals.
+    pub vote: Option<Vote>,
+    /// The votes after it.
+    pub votes: Vec<Vote>,
+    /// `Some` when the interrupt closes; `None` when a vote was recorded and it stays pending.
+    pub closing: Option<Closing>,
+}
+
+/// Judges `value` from `resolver` against the pending `record` at `now`.
+pub fn judge(record: &InterruptRecord, value: &Value, resolver: &Resolver, now: Millis) -> Result<Judgement, Refusal> {
+    if record.profile.as_deref() == Some(AUTH_REQUIRED_PROFILE) && *resolver == Resolver::Token {
+        return Err(Refusal::Forbidden(
+            "this interrupt requires a bearer credential with approvals:respond; its token cannot resolve it".into(),
+        ));
+    }
+    if let Some(schema) = &record.resume_schema {
+        if let Err(violations) = crate::schema::check_against(schema, value) {
+            return Err(Refusal::invalid(
+                "the resume value does not match the interrupt's resumeSchema",
+                json!({ "violations": violations }),
+            ));
+        }
+    }
+    let close = |outcome: &str, outputs: Map<String, Value>, resume_value: Value| Judgement {
+        vote: None,
+        votes: record.votes.clone(),
+        closing: Some(Closing {
+            outcome: outcome.to_owned(),
+            outputs,
+            failure: None,
+            refine: false,
+            resolved_by: resolver.identity().to_owned(),
+            resume_value,
+        }),
+    };
+    match record.kind {
+        InterruptKind::Approval => judge_approval(record, value, resolver, now),
+        InterruptKind::Clarification => {
+            let answers = answers_map(record, value)?;
+            let mut outputs = Map::new();
+            outputs.insert("answers".into(), Value::Object(answers.clone()));
+            Ok(close("answered", outputs, json!({ "answers": answers })))
+        }
+        InterruptKind::ExternalEvent => {
+            check_correlation(record, value)?;
+            let mut outputs = Map::new();
+            outputs.insert("event".into(), value.clone());
+            Ok(close("received", outputs, value.clone()))
+        }
+        _ => {
+            let mut outputs = Map::new();
+            outputs.insert("resumeValue".into(), value.clone());
+            Ok(close("resumed", outputs, value.clone()))
+        }
+    }
+}
+
+fn judge_approval(record: &InterruptRecord, value: &Value, resolver: &Resolver, now: Millis) -> Result<Judgement, Refusal> {
+    let action = value.get("action").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let approvers: Vec<&str> =
+        record.data["approversList"].as_array().map(|list| list.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    if !approvers.is_empty() {
+        let allowed = matches!(resolver, Resolver::Principal(subject) if approvers.contains(&subject.as_str()));
+        if !allowed {
+            return Err(Refusal::Forbidden("the caller is not on this approval's approversList".into()));
+        }
+    }
+    let mut outputs = Map::new();
+    outputs.insert("action".into(), json!(action));
+    outputs.insert("decidedBy".into(), json!(resolver.identity()));
+    for field in ["feedback", "comment", "refineFeedback", "editedArtifactData"] {
+        if let Some(given) = value.get(field) {
+            outputs.insert(field.into(), given.clone());
+        }
+    }
+    let closing = |outcome: &str, outputs: Map<String, Value>, failure: Option<RunError>, resolved_by: String| Closing {
+        outcome: outcome.to_owned(),
+        outputs,
+        failure,
+        refine: outcome == "refine",
+        resolved_by,
+        resume_value: value.clone(),
+    };
+    match action.as_str() {
+        "refine" => {
+            if !value.get("refineFeedback").is_some_and(Value::is_object) {
+                return Err(Refusal::invalid("`refine` needs a `refineFeedback` object", json!({ "field": "refineFeedback" })));
+            }
+            let closing = closing("refine", outputs, None, resolver.identity().to_owned());
+            let vote = Vote {
+                voter: resolver.identity().to_owned(),
+                decided_by: resolver.identity().to_owned(),
+                action,
+                at: now,
+            };
+            return Ok(Judgement { vote: Some(vote), votes: record.votes.clone(), closing: Some(closing) });
+        }
+        "edit-accept" if value.get("editedArtifactData").is_none() => {
+            return Err(Refusal::invalid(
+                "`edit-accept` needs `editedArtifactData`",
+                json!({ "field": "editedArtifactData" }),
+            ));
+        }
+        _ => {}
+    }
+    let voter = value
+        .get("voter")
+        .and_then(Value::as_str)
+        .filter(|voter| !voter.is_empty())
+        .unwrap_or_else(|| resolver.identity())
+        .to_owned();
+    let vote = Vote { voter: voter.clone(), decided_by: resolver.identity().to_owned(), action: action.clone(), at: now };
+    let mut votes: Vec<Vote> = record.votes.iter().filter(|earlier| earlier.voter != voter).cloned().collect();
+    votes.push(vote.clone());
+    let required = record.data["requiredApprovals"].as_u64().unwrap_or(1).max(1) as usize;
+    let reject_threshold = if record.data["rejectionPolicy"] == "majority" { required / 2 + 1 } else { 1 };
+    let accepts = votes.iter().filter(|vote| vote.action != "reject").count();
+    let rejects = votes.len() - accepts;
+    let quorum_label = |count: usize| {
+        if required > 1 {
+            format!("quorum:{count}-of-{required}")
+        } else {
+            resolver.identity().to_owned()
+        }
+    };
+    let closing = if rejects >= reject_threshold {
+        let failure = RunError::new("interrupt_rejected", "the approval was rejected");
+        Some(closing("reject", outputs, Some(failure), quorum_label(rejects)))
+    } else if accepts >= required {
+        Some(closing(&action, outputs, None, quorum_label(accepts)))
+    } else {
+        None
+    };
+    Ok(Judgement { vote: Some(vote), votes, closing })
+}
+
+/// Clarification answers as a map from question id to answer, whichever shape was sent.
+fn answers_map(record: &InterruptRecord, value: &Value) -> Result<Map<String, Value>, Refusal> {
+    let answers = match value.get("answers") {
+        Some(Value::Object(map)) => map.clone(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|item| Some((item.get("id")?.as_str()?.to_owned(), item.get("answer")?.clone())))
+            .collect(),
+        _ => Map::new(),
+    };
+    let missing: Vec<&str> = record.data["questions"]
+        .as_array()
+        .map(|questions| {
+            questions.iter().filter_map(|q| q["id"].as_str()).filter(|id| !answers.contains_key(*id)).collect()
+        })
+        .unwrap_or_default();
+    if !missing.is_empty() {
+        return Err(Refusal::invalid("every question needs an answer", json!({ "unanswered": missing })));
+    }
+    Ok(answers)
+}
+
+/// An external event must carry every correlation key with the awaited value, at the top
+/// level of the resume value or inside its `eventPayload`.
+fn check_correlation(record: &InterruptRecord, value: &Value) -> Result<(), Refusal> {
+    let event = value.get("eventPayload").filter(|payload| payload.is_object()).unwrap_or(value);
+    let Some(correlation) = record.data["correlation"].as_object() else { return Ok(()) };
+    let mismatched: Vec<&str> =
+        correlation.iter().filter(|(key, expected)| event.get(key.as_str()) != Some(*expected)).map(|(k, _)| k.as_str()).collect();
+    if mismatched.is_empty() {
+        Ok(())
+    } else {
+        Err(Refusal::invalid(
+            "the event does not match the interrupt's correlation",
+            json!({ "reason": "correlation_mismatch", "keys": mismatched }),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interrupt::request::approval_gate;
+    use crate::interrupt::InterruptState;
+
+    fn gate(config: Value) -> InterruptRecord {
+        let request = approval_gate("gate", config.as_object().unwrap()).unwrap();
+        InterruptRecord {
+            id: "int-1".into(),
+            node_id: "gate".into(),
+            occurrence: 1,
+            kind: request.kind,
+            key: "r:gate:1".into(),
+            data: request.data,
+            resume_schema: request.resume_schema,
+            timeout_ms: None,
+            profile: request.profile,
+            requested_at: 0,
+            votes: Vec::new(),
+            state: InterruptState::Pending,
+        }
+    }
+
+    fn by(subject: &str) -> Resolver {
+        Resolver::Principal(subject.into())
+    }
+
+    #[test]
+    fn an_action_outside_the_gate_is_invalid() {
+        let record = gate(json!({ "actions": ["accept", "reject"] }));
+        let refusal = judge(&record, &json!({ "action": "maybe" }), &by("alice"), 1).unwrap_err();
+        assert_eq!(refusal.code(), "validation_error");
+    }
+
+    #[test]
+    fn a_quorum_needs_distinct_voters_and_a_repeat_vote_replaces() {
+        let mut record = gate(json!({ "requiredApprovals": 3, "rejectionPolicy": "majority" }));
+        for voter in ["a", "b", "b"] {
+            let judged = judge(&record, &json!({ "action": "accept", "voter": voter }), &by("key"), 1).unwrap();
+            assert!(judged.closing.is_none());
+            record.votes = judged.votes;
+        }
+        assert_eq!(record.tally(), (2, 0));
+        let third = judge(&record, &json!({ "action": "accept", "voter": "c" }), &by("key"), 2).unwrap();
+        let closing = third.closing.expect("quorum reached");
+        assert_eq!((closing.outcome.as_str(), closing.resolved_by.as_str()), ("accept", "quorum:3-of-3"));
+    }
+
+    #[test]
+    fn majority_rejection_needs_two_of_three() {
+        let mut record = gate(json!({ "requiredApprovals": 3, "rejectionPolicy": "majority" }));
+        let first = judge(&record, &json!({ "action": "reject", "voter": "a" }), &by("key"), 1).unwrap();
+        assert!(first.closing.is_none());
+        record.votes = first.votes;
+        let second = judge(&record, &json!({ "action": "reject", "voter": "b" }), &by("key"), 1).unwrap();
+        let failure = second.closing.unwrap().failure.unwrap();
+        assert_eq!(failure.code, "interrupt_rejected");
+    }
+
+    #[test]
+    fn approvers_list_and_auth_required_are_enforced() {
+        let record = gate(json!({ "approversList": ["alice"] }));
+        assert_eq!(judge(&record, &json!({ "action": "accept" }), &by("bob"), 1).unwrap_err().code(), "forbidden");
+        assert!(judge(&record, &json!({ "action": "accept" }), &by("alice"), 1).is_ok());
+        let record = gate(json!({ "profile": "openwop-interrupt-auth-required" }));
+        assert_eq!(judge(&record, &json!({ "action": "accept" }), &Resolver::Token, 1).unwrap_err().code(), "forbidden");
+    }
+}

@@ -1,0 +1,94 @@
+//! Operator and human inputs to a live run: resolving (or voting on) an interrupt, pausing
+//! and resuming. Each is one API commit against the run's version, so of two racing
+//! requests exactly one wins; the loser re-decides against the new state and gets the
+//! precise refusal (`interrupt_already_resolved`, `run_state_conflict`, …).
+
+use super::{Services, MAX_CONFLICT_RETRIES};
+use crate::engine::{Input, Verdict};
+use crate::error::{ServiceError, StoreError};
+use crate::interrupt::{InterruptRecord, Refusal, Resolution};
+use crate::run::{DrainPolicy, RunState};
+
+impl Services {
+    /// Applies an operator `input` to `run_id` and commits it. With `tenant`, another
+    /// tenant's run reads as not found; without (a signed token authorised the caller), the
+    /// run is addressed directly.
+    async fn operate(&self, tenant: Option<&str>, run_id: &str, input: Input) -> Result<RunState, ServiceError> {
+        match (tenant, self.store.load_run(run_id).await?) {
+            (Some(tenant), Some(run)) if run.tenant != tenant => return Err(ServiceError::NotFound { what: "run" }),
+            (_, None) => return Err(ServiceError::NotFound { what: "run" }),
+            _ => {}
+        }
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let Some(decision) = self.decide(run_id, input.clone()).await? else {
+                return Err(ServiceError::NotFound { what: "run" });
+            };
+            match decision.outcome.verdict {
+                Verdict::Applied => {}
+                Verdict::Refused(refusal) => return Err(ServiceError::Refused(refusal)),
+                Verdict::Ignored(_) | Verdict::Stale | Verdict::Later => return Ok(decision.run),
+            }
+            match self.commit(&decision).await {
+                Ok(()) => return Ok(decision.run),
+                Err(StoreError::Conflict) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(ServiceError::Unavailable)
+    }
+
+    /// Resolves or votes on an interrupt. Returns the run after the commit and the
+    /// occurrence as it now stands.
+    pub async fn resolve_interrupt(
+        &self,
+        tenant: Option<&str>,
+        run_id: &str,
+        resolution: Resolution,
+    ) -> Result<(RunState, InterruptRecord), ServiceError> {
+        let node_id = resolution.node_id.clone();
+        let named = resolution.interrupt_id.clone();
+        let pending_before = match &named {
+            Some(id) => Some(id.clone()),
+            None => self.store.load_run(run_id).await?.and_then(|run| {
+                run.interrupts.iter().find(|r| r.node_id == node_id && r.is_pending()).map(|r| r.id.clone())
+            }),
+        };
+        let run = self.operate(tenant, run_id, Input::Resolve(resolution)).await?;
+        let record = pending_before
+            .and_then(|id| run.interrupts.iter().find(|record| record.id == id).cloned())
+            .ok_or(ServiceError::Internal)?;
+        Ok((run, record))
+    }
+
+    /// Pauses a running run.
+    pub async fn pause_run(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        reason: Option<String>,
+        drain_policy: DrainPolicy,
+    ) -> Result<RunState, ServiceError> {
+        self.operate(Some(tenant), run_id, Input::Pause { reason, drain_policy }).await
+    }
+
+    /// Resumes a paused run.
+    pub async fn resume_run(&self, tenant: &str, run_id: &str, reason: Option<String>) -> Result<RunState, ServiceError> {
+        self.operate(Some(tenant), run_id, Input::Resume { reason }).await
+    }
+
+    /// Why `resolution` would be refused against `run`, without committing anything (token
+    /// inspection of an occurrence that is no longer pending).
+    pub async fn probe_resolution(&self, run: &RunState, resolution: Resolution) -> Result<Refusal, ServiceError> {
+        let workflow = self.pinned_workflow(run).await?;
+        let mut copy = run.clone();
+        match crate::engine::apply(&workflow, &mut copy, Input::Resolve(resolution), self.clock.now()).verdict {
+            Verdict::Refused(refusal) => Ok(refusal),
+            _ => Ok(Refusal::NotFound),
+        }
+    }
+
+    /// The run behind a verified interrupt token, whoever its tenant.
+    pub async fn run_for_token(&self, run_id: &str) -> Result<RunState, ServiceError> {
+        self.store.load_run(run_id).await?.ok_or(ServiceError::NotFound { what: "run" })
+    }
+}
