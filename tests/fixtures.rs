@@ -1,89 +1,52 @@
-//! The fixture expectation table (`conformance/fixture-expectations.json`) run against a
-//! live embedded host: every entry's terminal status, error code, event sequence and
-//! variables. With `OPENWOP_REFERENCE_DIR`, every official fixture file must load.
+//! The fixture expectation table (`conformance/fixture-expectations.json`) and the scripted
+//! scenarios (`conformance/scenarios.json`) run against a live embedded host through the
+//! testkit's script runner: steps (awaits, resolutions, cancels, pauses) and every entry's
+//! terminal status, error code, event sequence and variables. With `OPENWOP_REFERENCE_DIR`,
+//! every official fixture file must load. The emulated AWS suite runs the same scripts.
 
 mod common;
 
-use std::time::Duration;
-
-use common::{assert_log_well_formed, serve_args, start, types, Client, Reference, KEY};
+use common::{serve_args, start, Client, Reference, KEY};
 use serde_json::{json, Value};
 use trellis_core::bundled;
+use trellis_testkit::script::Runner;
+use trellis_testkit::HttpDriver;
 
-const SPEC_DEADLINE: Duration = Duration::from_secs(5);
-
-/// `expected` is contained in `actual` (objects by key, everything else by equality).
-fn contains(actual: &Value, expected: &Value) -> bool {
-    match (actual, expected) {
-        (Value::Object(actual), Value::Object(expected)) => {
-            expected.iter().all(|(key, value)| actual.get(key).is_some_and(|found| contains(found, value)))
-        }
-        _ => actual == expected,
-    }
-}
-
-async fn run_entry(client: &Client, entry: &Value) {
-    let id = entry["id"].as_str().unwrap();
-    let mut request = entry["request"].clone();
-    request["workflowId"] = json!(id);
-    let expect = &entry["expect"];
-    let run_id = client.create(request).await;
-    if expect["observeRunning"] == true {
-        client.wait_status(&run_id, "running", SPEC_DEADLINE).await;
-    }
-    if entry["cancelWhenRunning"] == true {
-        let started = std::time::Instant::now();
-        while !types(&client.events(&run_id).await).iter().any(|t| t == "node.started") {
-            assert!(started.elapsed() < SPEC_DEADLINE, "{id}: node never started");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let (status, _) = client.request("POST", &format!("/v1/runs/{run_id}/cancel"), None).await;
-        assert_eq!(status, 200, "{id}");
-    }
-    let snapshot = client.wait_terminal(&run_id, SPEC_DEADLINE).await;
-    assert_eq!(snapshot["status"], expect["status"], "{id}: {snapshot}");
-    if let Some(code) = expect.get("errorCode") {
-        assert_eq!(&snapshot["error"]["code"], code, "{id}: {snapshot}");
-        assert!(snapshot["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{id}");
-    }
-    let events = client.events(&run_id).await;
-    assert_log_well_formed(&events);
-    if let Some(expected) = expect.get("eventTypes") {
-        assert_eq!(json!(types(&events)), *expected, "{id}");
-    }
-    if let Some(order) = expect.get("completedNodeOrder") {
-        let completed: Vec<Value> =
-            events.iter().filter(|e| e["type"] == "node.completed").map(|e| e["nodeId"].clone()).collect();
-        assert_eq!(json!(completed), *order, "{id}");
-    }
-    if let Some(variables) = expect.get("variables") {
-        assert!(contains(&snapshot["variables"], variables), "{id}: {}", snapshot["variables"]);
-    }
-    for wanted in expect.get("events").and_then(Value::as_array).into_iter().flatten() {
-        let found = events
-            .iter()
-            .any(|event| event["type"] == wanted["type"] && contains(&event["payload"], &wanted["payload"]));
-        assert!(found, "{id}: no {wanted} in {events:?}");
-    }
-    if id == "conformance-run-duration-breach" {
-        let breach = events.iter().find(|e| e["type"] == "cap.breached").unwrap();
-        assert!(breach["payload"]["observed"].as_u64().unwrap() > 1000, "observed must exceed the limit");
-    }
-}
+/// `conformance/scenarios.json`: scripted scenarios beyond the fixture table.
+const SCENARIOS: &str = include_str!("../conformance/scenarios.json");
 
 #[tokio::test]
 async fn every_expectation_table_entry_holds_and_is_advertised() {
     let host = start(serve_args(None)).await;
     let base = format!("http://{}", host.addr);
-    let client = Client::new(&base, KEY);
     let table: Value = serde_json::from_str(bundled::EXPECTATIONS).unwrap();
     let entries = table["fixtures"].as_array().unwrap();
     assert!(!entries.is_empty());
     let discovery: Value = reqwest::get(format!("{base}/.well-known/openwop")).await.unwrap().json().await.unwrap();
     let advertised: Vec<Value> = entries.iter().map(|entry| entry["id"].clone()).collect();
     assert_eq!(discovery["fixtures"], json!(advertised), "discovery advertises exactly the table");
+    let mut driver = HttpDriver::new(&base, KEY);
+    let mut runner = Runner::new(&mut driver);
     for entry in entries {
-        run_entry(&client, entry).await;
+        runner.run(entry).await;
+    }
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn every_scripted_scenario_holds() {
+    let host = start(serve_args(None)).await;
+    let base = format!("http://{}", host.addr);
+    let client = Client::new(&base, KEY);
+    let scenarios: Value = serde_json::from_str(SCENARIOS).unwrap();
+    for workflow in scenarios["workflows"].as_array().unwrap() {
+        let (status, body) = client.request("POST", "/v1/workflows", Some(workflow.clone())).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let mut driver = HttpDriver::new(&base, KEY);
+    let mut runner = Runner::new(&mut driver);
+    for scenario in scenarios["scenarios"].as_array().unwrap() {
+        runner.run(scenario).await;
     }
     host.stop().await;
 }

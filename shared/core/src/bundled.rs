@@ -29,6 +29,28 @@ pub const FIXTURES: &[(&str, &str)] = &[
         "conformance-subworkflow-parent.json",
         include_str!("../../../conformance/fixtures/conformance-subworkflow-parent.json"),
     ),
+    ("conformance-approval.json", include_str!("../../../conformance/fixtures/conformance-approval.json")),
+    ("conformance-clarification.json", include_str!("../../../conformance/fixtures/conformance-clarification.json")),
+    (
+        "conformance-interrupt-quorum.json",
+        include_str!("../../../conformance/fixtures/conformance-interrupt-quorum.json"),
+    ),
+    (
+        "conformance-interrupt-external-event.json",
+        include_str!("../../../conformance/fixtures/conformance-interrupt-external-event.json"),
+    ),
+    (
+        "conformance-interrupt-auth-required.json",
+        include_str!("../../../conformance/fixtures/conformance-interrupt-auth-required.json"),
+    ),
+    (
+        "conformance-interrupt-parent-child-cancel.json",
+        include_str!("../../../conformance/fixtures/conformance-interrupt-parent-child-cancel.json"),
+    ),
+    (
+        "conformance-interrupt-parent-child-cancel-child.json",
+        include_str!("../../../conformance/fixtures/conformance-interrupt-parent-child-cancel-child.json"),
+    ),
 ];
 
 /// The fixture ids the expectation table covers, in table order.

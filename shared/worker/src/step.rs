@@ -6,6 +6,7 @@ use trellis_core::engine::{outstanding_effects, Effect, Input, Verdict, PARENT_C
 use trellis_core::ports::Task;
 use trellis_core::service::Services;
 use trellis_core::timefmt::Millis;
+use trellis_core::RunStatus;
 use trellis_core::{ServiceError, StoreError};
 
 use crate::crash::{maybe_crash, CrashPoint};
@@ -93,12 +94,16 @@ pub async fn process_task(
             Verdict::Later => {
                 let now = services.clock.now();
                 let run = &decision.run;
+                // A paused run is looked at again every DEFER_MS (its resume re-issues the
+                // held steps anyway); a timer that is not due yet comes back when it is.
                 let retry_at = match &task.effect {
+                    _ if run.status == RunStatus::Paused => None,
                     Effect::Wake { node_id, .. } => run.nodes.get(node_id).and_then(|node| node.wake_at),
                     Effect::Deadline { .. } => run.started_at.map(|at| at.saturating_add(run.limits.run_duration_ms)),
                     _ => None,
                 };
-                return Ok(TaskResult::Deferred(retry_at.unwrap_or(now + DEFER_MS).max(now)));
+                let retry_at = retry_at.filter(|at| *at > now).unwrap_or(now + DEFER_MS);
+                return Ok(TaskResult::Deferred(retry_at));
             }
         }
     }

@@ -169,7 +169,8 @@ impl Transition<'_> {
     fn close(&mut self, index: usize, closing: Closing, resolver: &Resolver) {
         let record = self.state.interrupts[index].clone();
         let node_id = record.node_id.as_str();
-        self.state.interrupts[index].state = InterruptState::Resolved { outcome: closing.outcome.clone(), at: self.now };
+        self.state.interrupts[index].state =
+            InterruptState::Resolved { outcome: closing.outcome.clone(), at: self.now };
         if record.kind == InterruptKind::Clarification {
             let payload = json!({
                 "nodeId": node_id,

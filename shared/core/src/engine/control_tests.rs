@@ -51,7 +51,13 @@ fn an_approval_suspends_with_the_documented_events_and_resumes_on_accept() {
     let log = drive(&wf, &mut state, 0);
     assert_eq!(
         types(&log),
-        ["run.started", "node.started:gate", "node.suspended:gate", "interrupt.requested:gate", "approval.requested:gate"]
+        [
+            "run.started",
+            "node.started:gate",
+            "node.suspended:gate",
+            "interrupt.requested:gate",
+            "approval.requested:gate"
+        ]
     );
     assert_eq!(state.status, RunStatus::WaitingApproval);
     assert_eq!(state.current_node(), Some("gate"));
@@ -67,10 +73,7 @@ fn an_approval_suspends_with_the_documented_events_and_resumes_on_accept() {
     assert_eq!(state.status, RunStatus::WaitingApproval);
 
     let accepted = apply(&wf, &mut state, resolve("gate", json!({"action": "accept"})), 10);
-    assert_eq!(
-        event_types(&accepted),
-        ["approval.received", "interrupt.resolved", "node.resumed", "node.completed"]
-    );
+    assert_eq!(event_types(&accepted), ["approval.received", "interrupt.resolved", "node.resumed", "node.completed"]);
     assert_eq!(accepted.events[0].payload["decidedBy"], "alice");
     assert_eq!(state.status, RunStatus::Running);
     let again = apply(&wf, &mut state, resolve("gate", json!({"action": "accept"})), 11);
@@ -97,7 +100,8 @@ fn refine_opens_a_new_occurrence_and_the_old_token_is_gone() {
     let mut state = pending(&wf, json!({}));
     drive(&wf, &mut state, 0);
     let first = state.pending_interrupt().unwrap().id.clone();
-    let refined = apply(&wf, &mut state, resolve("gate", json!({"action": "refine", "refineFeedback": {"scope": "whole"}})), 1);
+    let refined =
+        apply(&wf, &mut state, resolve("gate", json!({"action": "refine", "refineFeedback": {"scope": "whole"}})), 1);
     assert_eq!(
         event_types(&refined),
         [
@@ -146,8 +150,14 @@ fn cancel_while_waiting_closes_the_interrupt_and_later_resolutions_are_refused()
     let cancelled = apply(&wf, &mut state, Input::Cancel { reason: None }, 1);
     assert_eq!(event_types(&cancelled), ["node.cancelled", "run.cancelled"]);
     assert_eq!(state.interrupts[0].state, InterruptState::Cancelled { cascade: false });
-    assert_eq!(refusal(&apply(&wf, &mut state, resolve("gate", json!({"action": "accept"})), 2)), "interrupt_cancelled");
-    assert_eq!(refusal(&apply(&wf, &mut state, by_token("gate", &id, json!({"action": "accept"})), 2)), "interrupt_gone");
+    assert_eq!(
+        refusal(&apply(&wf, &mut state, resolve("gate", json!({"action": "accept"})), 2)),
+        "interrupt_cancelled"
+    );
+    assert_eq!(
+        refusal(&apply(&wf, &mut state, by_token("gate", &id, json!({"action": "accept"})), 2)),
+        "interrupt_gone"
+    );
 
     let mut cascaded = pending(&wf, json!({}));
     drive(&wf, &mut cascaded, 0);
@@ -167,12 +177,12 @@ fn a_timeout_auto_rejects_and_a_refined_occurrence_keeps_its_own_deadline() {
     let early = apply(&wf, &mut state, Input::Wake { node_id: "gate".into(), activation: 1 }, 1_000);
     assert_eq!(early.verdict, Verdict::Later);
     let late = apply(&wf, &mut state, Input::Wake { node_id: "gate".into(), activation: 1 }, 1_500);
-    assert_eq!(
-        event_types(&late),
-        ["approval.received", "interrupt.resolved", "node.failed", "run.failed"]
-    );
+    assert_eq!(event_types(&late), ["approval.received", "interrupt.resolved", "node.failed", "run.failed"]);
     assert_eq!(state.error.as_ref().unwrap().code, "interrupt_timeout");
-    assert_eq!(refusal(&apply(&wf, &mut state, resolve("gate", json!({"action": "accept"})), 1_600)), "interrupt_expired");
+    assert_eq!(
+        refusal(&apply(&wf, &mut state, resolve("gate", json!({"action": "accept"})), 1_600)),
+        "interrupt_expired"
+    );
 }
 
 #[test]
@@ -213,7 +223,8 @@ fn pause_never_overrides_a_suspension() {
 
 #[test]
 fn a_parent_mirrors_a_waiting_child_and_a_child_notices_its_parent() {
-    let parent = workflow(json!([{"id": "call", "typeId": "core.subWorkflow", "config": {"workflowId": "child"}}]), json!([]));
+    let parent =
+        workflow(json!([{"id": "call", "typeId": "core.subWorkflow", "config": {"workflowId": "child"}}]), json!([]));
     let mut state = pending(&parent, json!({}));
     drive(&parent, &mut state, 0);
     let child_run_id = state.nodes["call"].child_run_id.clone().unwrap();

@@ -292,6 +292,6 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod control_tests;
+#[cfg(test)]
+mod tests;

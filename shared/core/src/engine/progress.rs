@@ -8,12 +8,12 @@ use sha2::{Digest, Sha256};
 
 use super::{Effect, Outcome, Verdict, ENGINE_VERSION};
 use crate::event::{types, RunEvent};
+use crate::interrupt::InterruptState;
 use crate::model::condition;
 use crate::model::definition::{PortRef, PortValue};
 use crate::model::Workflow;
 use crate::nodes::subworkflow::SubWorkflowConfig;
 use crate::nodes::{self, NodeContext, NodeOutcome};
-use crate::interrupt::InterruptState;
 use crate::run::{EdgeStatus, NodeState, NodeStatus, RunError, RunState, RunStatus};
 use crate::timefmt::Millis;
 

@@ -209,13 +209,19 @@ pub fn clarification_gate(config: &Map<String, Value>) -> Built {
 }
 
 /// Checks `data` has the required keys and no others.
-fn check_keys(kind: InterruptKind, data: &Map<String, Value>, required: &[&str], optional: &[&str]) -> Result<(), ConfigIssue> {
+fn check_keys(
+    kind: InterruptKind,
+    data: &Map<String, Value>,
+    required: &[&str],
+    optional: &[&str],
+) -> Result<(), ConfigIssue> {
     for key in required {
         if !data.contains_key(*key) {
             return Err(invalid(format!("{} data needs `{key}`", kind.as_str())));
         }
     }
-    if let Some(extra) = data.keys().find(|key| !required.contains(&key.as_str()) && !optional.contains(&key.as_str())) {
+    if let Some(extra) = data.keys().find(|key| !required.contains(&key.as_str()) && !optional.contains(&key.as_str()))
+    {
         return Err(invalid(format!("{} data has no field `{extra}`", kind.as_str())));
     }
     Ok(())
@@ -225,7 +231,8 @@ fn check_keys(kind: InterruptKind, data: &Map<String, Value>, required: &[&str],
 pub fn interrupt_node(node_id: &str, config: &Map<String, Value>) -> Built {
     let kind_text = optional_string(config, "kind")?.or(optional_string(config, "reason")?);
     let kind_text = kind_text.ok_or_else(|| invalid("core.interrupt needs `kind`"))?;
-    let kind = InterruptKind::parse(&kind_text).ok_or_else(|| invalid(format!("unknown interrupt kind `{kind_text}`")))?;
+    let kind =
+        InterruptKind::parse(&kind_text).ok_or_else(|| invalid(format!("unknown interrupt kind `{kind_text}`")))?;
     if let Some(capability) = kind.unadvertised_capability() {
         return Err(ConfigIssue::Capability(capability));
     }
@@ -272,7 +279,9 @@ pub fn interrupt_node(node_id: &str, config: &Map<String, Value>) -> Built {
         InterruptKind::LowConfidence => {
             check_keys(kind, data, &["agentId", "threshold", "observed"], &["decision"])?;
             if !data["agentId"].is_string() || !data["threshold"].is_number() || !data["observed"].is_number() {
-                return Err(invalid("low-confidence data needs a string `agentId` and numbers `threshold`, `observed`"));
+                return Err(invalid(
+                    "low-confidence data needs a string `agentId` and numbers `threshold`, `observed`",
+                ));
             }
             built(resume_schema, data_value)
         }
@@ -310,8 +319,9 @@ mod tests {
 
     #[test]
     fn conversation_kinds_need_a_capability_this_host_lacks() {
-        let issue = interrupt_node("n", &config(json!({ "kind": "conversation.start", "data": { "conversationId": "c" } })))
-            .unwrap_err();
+        let issue =
+            interrupt_node("n", &config(json!({ "kind": "conversation.start", "data": { "conversationId": "c" } })))
+                .unwrap_err();
         assert_eq!(issue, ConfigIssue::Capability("conversationPrimitive"));
     }
 

@@ -88,10 +88,17 @@ pub fn judge(record: &InterruptRecord, value: &Value, resolver: &Resolver, now: 
     }
 }
 
-fn judge_approval(record: &InterruptRecord, value: &Value, resolver: &Resolver, now: Millis) -> Result<Judgement, Refusal> {
+fn judge_approval(
+    record: &InterruptRecord,
+    value: &Value,
+    resolver: &Resolver,
+    now: Millis,
+) -> Result<Judgement, Refusal> {
     let action = value.get("action").and_then(Value::as_str).unwrap_or_default().to_owned();
-    let approvers: Vec<&str> =
-        record.data["approversList"].as_array().map(|list| list.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let approvers: Vec<&str> = record.data["approversList"]
+        .as_array()
+        .map(|list| list.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     if !approvers.is_empty() {
         let allowed = matches!(resolver, Resolver::Principal(subject) if approvers.contains(&subject.as_str()));
         if !allowed {
@@ -106,18 +113,22 @@ fn judge_approval(record: &InterruptRecord, value: &Value, resolver: &Resolver, 
             outputs.insert(field.into(), given.clone());
         }
     }
-    let closing = |outcome: &str, outputs: Map<String, Value>, failure: Option<RunError>, resolved_by: String| Closing {
-        outcome: outcome.to_owned(),
-        outputs,
-        failure,
-        refine: outcome == "refine",
-        resolved_by,
-        resume_value: value.clone(),
-    };
+    let closing =
+        |outcome: &str, outputs: Map<String, Value>, failure: Option<RunError>, resolved_by: String| Closing {
+            outcome: outcome.to_owned(),
+            outputs,
+            failure,
+            refine: outcome == "refine",
+            resolved_by,
+            resume_value: value.clone(),
+        };
     match action.as_str() {
         "refine" => {
             if !value.get("refineFeedback").is_some_and(Value::is_object) {
-                return Err(Refusal::invalid("`refine` needs a `refineFeedback` object", json!({ "field": "refineFeedback" })));
+                return Err(Refusal::invalid(
+                    "`refine` needs a `refineFeedback` object",
+                    json!({ "field": "refineFeedback" }),
+                ));
             }
             let closing = closing("refine", outputs, None, resolver.identity().to_owned());
             let vote = Vote {
@@ -142,7 +153,8 @@ fn judge_approval(record: &InterruptRecord, value: &Value, resolver: &Resolver, 
         .filter(|voter| !voter.is_empty())
         .unwrap_or_else(|| resolver.identity())
         .to_owned();
-    let vote = Vote { voter: voter.clone(), decided_by: resolver.identity().to_owned(), action: action.clone(), at: now };
+    let vote =
+        Vote { voter: voter.clone(), decided_by: resolver.identity().to_owned(), action: action.clone(), at: now };
     let mut votes: Vec<Vote> = record.votes.iter().filter(|earlier| earlier.voter != voter).cloned().collect();
     votes.push(vote.clone());
     let required = record.data["requiredApprovals"].as_u64().unwrap_or(1).max(1) as usize;
@@ -194,8 +206,11 @@ fn answers_map(record: &InterruptRecord, value: &Value) -> Result<Map<String, Va
 fn check_correlation(record: &InterruptRecord, value: &Value) -> Result<(), Refusal> {
     let event = value.get("eventPayload").filter(|payload| payload.is_object()).unwrap_or(value);
     let Some(correlation) = record.data["correlation"].as_object() else { return Ok(()) };
-    let mismatched: Vec<&str> =
-        correlation.iter().filter(|(key, expected)| event.get(key.as_str()) != Some(*expected)).map(|(k, _)| k.as_str()).collect();
+    let mismatched: Vec<&str> = correlation
+        .iter()
+        .filter(|(key, expected)| event.get(key.as_str()) != Some(*expected))
+        .map(|(k, _)| k.as_str())
+        .collect();
     if mismatched.is_empty() {
         Ok(())
     } else {
@@ -272,6 +287,9 @@ mod tests {
         assert_eq!(judge(&record, &json!({ "action": "accept" }), &by("bob"), 1).unwrap_err().code(), "forbidden");
         assert!(judge(&record, &json!({ "action": "accept" }), &by("alice"), 1).is_ok());
         let record = gate(json!({ "profile": "openwop-interrupt-auth-required" }));
-        assert_eq!(judge(&record, &json!({ "action": "accept" }), &Resolver::Token, 1).unwrap_err().code(), "forbidden");
+        assert_eq!(
+            judge(&record, &json!({ "action": "accept" }), &Resolver::Token, 1).unwrap_err().code(),
+            "forbidden"
+        );
     }
 }

@@ -72,7 +72,12 @@ impl Services {
     }
 
     /// Resumes a paused run.
-    pub async fn resume_run(&self, tenant: &str, run_id: &str, reason: Option<String>) -> Result<RunState, ServiceError> {
+    pub async fn resume_run(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        reason: Option<String>,
+    ) -> Result<RunState, ServiceError> {
         self.operate(Some(tenant), run_id, Input::Resume { reason }).await
     }
 

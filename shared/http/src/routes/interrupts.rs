@@ -68,7 +68,8 @@ pub(crate) fn interrupt_view(signer: &TokenSigner, run: &RunState, now: Millis) 
 
 fn tally(record: &InterruptRecord) -> Value {
     let (accepts, rejects) = record.tally();
-    let voters: Vec<Value> = record.votes.iter().map(|vote| json!({ "voter": vote.voter, "action": vote.action })).collect();
+    let voters: Vec<Value> =
+        record.votes.iter().map(|vote| json!({ "voter": vote.voter, "action": vote.action })).collect();
     json!({
         "accept": accepts,
         "reject": rejects,
@@ -150,9 +151,9 @@ pub(crate) async fn legacy_approval(
     caller.require(Scope::ApprovalsRespond)?;
     let value = json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON body `{action}` is required"))?;
     match resolve_scoped(&caller, &state, &run_id, node_id, value).await {
-        Err(error) if error.code == "interrupt_cancelled" => Err(ApiError::from(ServiceError::Refused(
-            Refusal::RunState(trellis_core::RunStatus::Cancelled),
-        ))),
+        Err(error) if error.code == "interrupt_cancelled" => {
+            Err(ApiError::from(ServiceError::Refused(Refusal::RunState(trellis_core::RunStatus::Cancelled))))
+        }
         other => other,
     }
 }
@@ -223,11 +224,10 @@ pub(crate) async fn resolve_by_token(
         value,
         resolver: Resolver::Token,
     };
-    let (run, record) = state.services.resolve_interrupt(None, &claims.run_id, resolution).await.map_err(|error| {
-        match error {
+    let (run, record) =
+        state.services.resolve_interrupt(None, &claims.run_id, resolution).await.map_err(|error| match error {
             ServiceError::NotFound { .. } => refused(Refusal::NotFound),
             other => other.into(),
-        }
-    })?;
+        })?;
     Ok((StatusCode::OK, Json(resolved_body(&run, &record))))
 }

@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
 use serde_json::{json, Value};
+use trellis_core::run::DrainPolicy;
 use trellis_core::service::CreateOutcome;
 use trellis_core::timefmt::rfc3339;
-use trellis_core::run::DrainPolicy;
 use trellis_core::RunState;
 
 use super::interrupts::{interrupt_view, signer};
@@ -169,7 +169,12 @@ async fn pause(caller: Caller, State(state): State<AppState>, run_id: &str, body
 }
 
 /// `POST /v1/runs/{runId}:resume` with `{reason?}`.
-async fn resume(caller: Caller, State(state): State<AppState>, run_id: &str, body: &[u8]) -> Result<Response, ApiError> {
+async fn resume(
+    caller: Caller,
+    State(state): State<AppState>,
+    run_id: &str,
+    body: &[u8],
+) -> Result<Response, ApiError> {
     caller.require(Scope::RunsCancel)?;
     let fields = operator_body(body, &["reason"])?;
     let reason = fields.get("reason").and_then(Value::as_str).map(str::to_owned);
