@@ -7,226 +7,19 @@
 //! The same scenarios run on the embedded host, and their event-type sequences and terminal
 //! states must be identical. Without the emulator settings the suite says it is skipped.
 
-use std::collections::HashMap;
-use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_sqs::types::MessageSystemAttributeName;
-use axum::body::Body;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use tower::ServiceExt;
 use trellis_aws::app::sdk_config;
 use trellis_aws::dispatch::{handle_batch, handle_message, MessageOutcome};
 use trellis_aws::reconcile::reconcile;
 use trellis_aws::settings::ApiSettings;
-use trellis_aws::{AwsApp, Settings};
-use trellis_core::limits::HostLimits;
+use trellis_aws::AwsApp;
 use trellis_http::ApiKey;
 
-const KEY: &str = "aws-e2e-key";
-const MAX_RECEIVES: u32 = 3;
-const SPEC_DEADLINE: Duration = Duration::from_secs(5);
+mod support;
 
-fn emulators_configured() -> bool {
-    // The api function runs with this set (infra/template.yaml): routes see `/v1/...`, not
-    // `/<stage>/v1/...`.
-    std::env::set_var("AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH", "true");
-    let set =
-        std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some() && std::env::var_os("AWS_ENDPOINT_URL_SQS").is_some();
-    if !set {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED emulated AWS suite: AWS_ENDPOINT_URL_DYNAMODB/_SQS not set (run scripts/test.sh)"
-        );
-    }
-    set
-}
-
-/// One emulated stack: a fresh table and queues.
-struct Stack {
-    app: AwsApp,
-    router: axum::Router,
-    sqs: aws_sdk_sqs::Client,
-    queue_url: String,
-    dlq_url: String,
-    completion_url: String,
-    /// Dispatcher items handled, per run and effect kind.
-    invocations: HashMap<(String, String), usize>,
-}
-
-async fn stack() -> Stack {
-    let config = sdk_config().await;
-    let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let table = format!("trellis-e2e-{suffix}");
-    let ddb = aws_sdk_dynamodb::Client::new(&config);
-    trellis_store_dynamodb::create_table(&ddb, &table).await.expect("table");
-    let sqs = aws_sdk_sqs::Client::new(&config);
-    let queues =
-        trellis_aws::provision::create_queues(&sqs, &format!("e2e-{suffix}"), MAX_RECEIVES, 1).await.expect("queues");
-    let (queue_url, dlq_url) = (queues.step.clone(), queues.step_dlq.clone());
-    let settings = Settings {
-        table_name: table,
-        step_queue_url: queue_url.clone(),
-        completion_queue_url: queues.completion.clone(),
-        max_receive_count: MAX_RECEIVES,
-        limits: HostLimits::default(),
-        retention_days: 30,
-    };
-    let app = AwsApp::new(settings, &config);
-    let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*"]}]);
-    let api = ApiSettings { api_keys: keys.to_string(), cursor_secret: "s".repeat(32), stream_max_seconds: 30 };
-    let router = trellis_http::router(app.api_state(&api).await.expect("api state"));
-    Stack { app, router, sqs, queue_url, dlq_url, completion_url: queues.completion, invocations: HashMap::new() }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-impl Stack {
-    /// Sends an API Gateway REST proxy event through the API's router.
-    async fn api(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let (path, query) = path.split_once('?').unwrap_or((path, ""));
-        let query: HashMap<&str, &str> = query.split('&').filter_map(|pair| pair.split_once('=')).collect();
-        let event = json!({
-            "resource": "/{proxy+}",
-            "path": path,
-            "httpMethod": method,
-            "headers": {"Authorization": format!("Bearer {KEY}"), "Content-Type": "application/json", "Host": "api.example"},
-            "multiValueHeaders": {},
-            "queryStringParameters": if query.is_empty() { Value::Null } else { json!(query) },
-            "multiValueQueryStringParameters": if query.is_empty() { Value::Null } else {
-                json!(query.iter().map(|(k, v)| (k.to_string(), vec![v.to_string()])).collect::<HashMap<_, _>>())
-            },
-            "pathParameters": {"proxy": path.trim_start_matches('/')},
-            "stageVariables": null,
-            "requestContext": {"resourcePath": "/{proxy+}", "httpMethod": method, "path": path, "stage": "prod",
-                               "requestId": "r", "identity": {"sourceIp": "127.0.0.1"}, "accountId": "000000000000",
-                               "apiId": "api", "protocol": "HTTP/1.1"},
-            "body": body.map(|b| b.to_string()),
-            "isBase64Encoded": false
-        });
-        let request = lambda_http::request::from_str(&event.to_string()).expect("API Gateway event parses");
-        let (parts, body) = request.into_parts();
-        let request = axum::http::Request::from_parts(parts, Body::from(body.to_vec()));
-        let response = self.router.clone().oneshot(request).await.unwrap();
-        let status = response.status().as_u16();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-    }
-
-    async fn create(&self, body: Value) -> String {
-        let (status, created) = self.api("POST", "/v1/runs", Some(body)).await;
-        assert_eq!(status, 201, "{created}");
-        created["runId"].as_str().unwrap().to_owned()
-    }
-
-    async fn snapshot(&self, run_id: &str) -> Value {
-        self.api("GET", &format!("/v1/runs/{run_id}"), None).await.1
-    }
-
-    async fn events(&self, run_id: &str) -> Vec<Value> {
-        self.api("GET", &format!("/v1/runs/{run_id}/events/poll?timeout=0"), None).await.1["events"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    async fn receive(&self, queue_url: &str) -> Option<aws_sdk_sqs::types::Message> {
-        let received = self
-            .sqs
-            .receive_message()
-            .queue_url(queue_url)
-            .max_number_of_messages(1)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .expect("receive");
-        received.messages().first().cloned()
-    }
-
-    fn as_event(message: &aws_sdk_sqs::types::Message) -> SqsMessage {
-        let mut record = SqsMessage::default();
-        record.message_id = message.message_id().map(str::to_owned);
-        record.receipt_handle = message.receipt_handle().map(str::to_owned);
-        record.body = message.body().map(str::to_owned);
-        if let Some(attributes) = message.attributes() {
-            for (name, value) in attributes {
-                record.attributes.insert(name.as_str().to_owned(), value.clone());
-            }
-        }
-        record
-    }
-
-    /// The batch the event-source mapping would hand over for one message.
-    fn single(message: &aws_sdk_sqs::types::Message) -> SqsEvent {
-        let mut event = SqsEvent::default();
-        event.records = vec![Self::as_event(message)];
-        event
-    }
-
-    fn count(&mut self, body: &str) {
-        let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
-        let run = parsed["runId"].as_str().unwrap_or("?").to_owned();
-        let kind = parsed["effect"]["kind"].as_str().unwrap_or("?").to_owned();
-        *self.invocations.entry((run, kind)).or_default() += 1;
-    }
-
-    /// Plays the event-source mapping until `run_id` is terminal (panics after `within`).
-    /// With `twice`, every message is handed to the dispatcher a second time.
-    async fn pump_until_terminal(&mut self, run_id: &str, within: Duration, twice: bool) -> Value {
-        let started = Instant::now();
-        loop {
-            let snapshot = self.snapshot(run_id).await;
-            if matches!(snapshot["status"].as_str(), Some("completed" | "failed" | "cancelled")) {
-                return snapshot;
-            }
-            assert!(started.elapsed() < within, "run {run_id} not terminal within {within:?}: {snapshot}");
-            let mut idle = true;
-            for (queue, fifo) in [(self.queue_url.clone(), false), (self.completion_url.clone(), true)] {
-                let Some(message) = self.receive(&queue).await else { continue };
-                idle = false;
-                self.count(message.body().unwrap_or(""));
-                let event = Self::single(&message);
-                let handle = |event| async {
-                    let response = if fifo {
-                        trellis_aws::dispatch::handle_fifo_batch(&self.app, event).await
-                    } else {
-                        handle_batch(&self.app, event).await
-                    };
-                    !response.batch_item_failures.is_empty()
-                };
-                let mut failed = handle(event.clone()).await;
-                if twice {
-                    failed |= handle(event).await;
-                }
-                if !failed {
-                    let receipt = message.receipt_handle().unwrap();
-                    self.sqs.delete_message().queue_url(&queue).receipt_handle(receipt).send().await.unwrap();
-                }
-            }
-            if idle {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-
-    fn step_invocations(&self, run_id: &str) -> usize {
-        self.invocations.get(&(run_id.to_owned(), "step".to_owned())).copied().unwrap_or(0)
-    }
-}
-
-fn types(events: &[Value]) -> Vec<String> {
-    events.iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect()
-}
-
-fn assert_log_well_formed(events: &[Value]) {
-    for (expected, event) in events.iter().enumerate() {
-        assert_eq!(event["sequence"], json!(expected), "gap or duplicate: {:?}", types(events));
-    }
-}
+use support::*;
 
 /// A scenario: a workflow, its inputs, and whether (and when) to cancel.
 #[derive(Clone, Copy)]
@@ -390,7 +183,7 @@ async fn run_on_aws(stack: &mut Stack, scenario: &Scenario, twice: bool) -> (Vec
 /// flight, the host's worker is held until the cancel is accepted.
 async fn run_embedded(scenario: &Scenario) -> (Vec<String>, String) {
     let hold = matches!(scenario.cancel, Cancel::RightAway);
-    let (mut host, client) = embedded_host(hold).await;
+    let (mut host, client) = embedded_host(hold, &extra_workflows()).await;
     let result = drive_embedded(&mut host, &client, scenario).await;
     host.stop().await;
     result
@@ -427,57 +220,6 @@ async fn drive_embedded(
         assert!(started.elapsed() < SPEC_DEADLINE);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-struct EmbeddedClient {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl EmbeddedClient {
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(KEY);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        request.send().await.expect("request").json().await.unwrap_or(Value::Null)
-    }
-    async fn get(&self, path: &str) -> Value {
-        self.send(reqwest::Method::GET, path, None).await
-    }
-    async fn post(&self, path: &str) -> Value {
-        self.send(reqwest::Method::POST, path, Some(json!({}))).await
-    }
-    async fn create(&self, body: Value) -> String {
-        let created = self.send(reqwest::Method::POST, "/v1/runs", Some(body)).await;
-        created["runId"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned()
-    }
-    async fn events(&self, run_id: &str) -> Vec<Value> {
-        self.get(&format!("/v1/runs/{run_id}/events/poll?timeout=0")).await["events"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-}
-
-async fn embedded_host(hold_worker: bool) -> (trellis::host::EmbeddedHost, EmbeddedClient) {
-    let args = trellis::args::ServeArgs {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        data_dir: "unused".into(),
-        memory: true,
-        workflows: Vec::new(),
-        fixtures_dir: None,
-        keys_file: None,
-        max_node_executions: 1000,
-        max_run_duration_ms: 86_400_000,
-    };
-    let options = trellis::host::HostOptions { api_key: Some(KEY.to_owned()), hold_worker, ..Default::default() };
-    let host = trellis::host::EmbeddedHost::start(&args, options).await.expect("embedded host");
-    let client = EmbeddedClient { base: format!("http://{}", host.addr), http: reqwest::Client::new() };
-    for definition in extra_workflows() {
-        client.send(reqwest::Method::POST, "/v1/workflows", Some(definition)).await;
-    }
-    (host, client)
 }
 
 #[tokio::test]
