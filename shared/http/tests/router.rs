@@ -12,6 +12,7 @@ use axum::Router;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
+use trellis_core::interrupt::token::{TokenClaims, TokenSigner};
 use trellis_core::limits::HostLimits;
 use trellis_core::ports::{Clock, IdGenerator, Notifier, GLOBAL_NAMESPACE};
 use trellis_core::service::{Ports, Services};
@@ -46,6 +47,7 @@ impl Notifier for NoWait {
 struct Harness {
     app: Router,
     store: Arc<SqliteStore>,
+    services: Arc<Services>,
 }
 
 fn key(label: &str, secret: &str, tenant: &str, scopes: &[&str]) -> ApiKey {
@@ -71,6 +73,7 @@ async fn harness() -> Harness {
         json!({"id": "chain", "name": "Chain", "version": "1",
                "nodes": [{"id": "a", "typeId": "core.noop"}, {"id": "b", "typeId": "core.noop"}],
                "edges": [{"id": "ab", "sourceNodeId": "a", "targetNodeId": "b"}]}),
+        json!({"id": "gated", "name": "Gated", "nodes": [{"id": "gate", "typeId": "core.approvalGate"}]}),
         json!({"id": "typed", "name": "Typed", "nodes": [{"id": "a", "typeId": "core.noop"}],
                "variables": [{"name": "count", "type": "number", "required": true}]}),
         json!({"id": "supervised", "name": "Supervised",
@@ -87,13 +90,13 @@ async fn harness() -> Harness {
     ]);
     let discovery = Discovery::new(&HostLimits::default(), &["conformance-noop".to_owned()]);
     let state = AppState {
-        services,
+        services: services.clone(),
         keys: Arc::new(keys),
         discovery: Arc::new(discovery),
         cursor_key: Arc::new([7; 32]),
         streams: StreamSettings::default(),
     };
-    Harness { app: router(state), store }
+    Harness { app: router(state), store, services }
 }
 
 impl Harness {
@@ -365,4 +368,158 @@ async fn discovery_and_openapi_need_no_key() {
     let (status, workflow) = h.call("GET", "/v1/workflows/chain", Some("alice-key"), None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(workflow["nodes"][1]["id"], "b");
+}
+
+/// A run of `gated` whose gate has executed (no worker runs here: the step is applied by hand).
+async fn suspended_run(h: &Harness) -> String {
+    let (_, created) = h.post("/v1/runs", "alice-key", json!({"workflowId": "gated"})).await;
+    let run_id = created["runId"].as_str().unwrap().to_owned();
+    let step = trellis_core::engine::Input::Step { node_id: "gate".into(), activation: 1 };
+    h.services.apply_until_committed(&run_id, step).await.unwrap();
+    run_id
+}
+
+fn token(secret: &[u8; 32], run_id: &str, interrupt_id: &str, expires_at: u64) -> String {
+    let claims = TokenClaims {
+        run_id: run_id.into(),
+        node_id: "gate".into(),
+        interrupt_id: interrupt_id.into(),
+        expires_at,
+        intent: "resolve".into(),
+    };
+    TokenSigner::new(secret).sign(&claims)
+}
+
+#[tokio::test]
+async fn every_interrupt_refusal_is_its_envelope_and_changes_nothing() {
+    let h = harness().await;
+    let run_id = suspended_run(&h).await;
+    let (_, snapshot) = h.call("GET", &format!("/v1/runs/{run_id}"), Some("alice-key"), None).await;
+    assert_eq!(snapshot["status"], "waiting-approval");
+    let interrupt_id = snapshot["interrupt"]["interruptId"].as_str().unwrap().to_owned();
+    let good = snapshot["interrupt"]["interruptToken"].as_str().unwrap().to_owned();
+    let now = FixedClock.now();
+    let before = h.counts();
+    let resolve = json!({"resumeValue": {"action": "accept"}});
+    let scoped = format!("/v1/runs/{run_id}/interrupts/gate");
+    let cases: Vec<(&str, String, Option<&str>, Value, StatusCode, &str)> = vec![
+        (
+            "malformed token",
+            "/v1/interrupts/not%20a%20token".into(),
+            None,
+            resolve.clone(),
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+        ),
+        (
+            "unknown token",
+            "/v1/interrupts/tok_0123456789abcdef".into(),
+            None,
+            resolve.clone(),
+            StatusCode::NOT_FOUND,
+            "interrupt_not_found",
+        ),
+        (
+            "token signed with another key",
+            format!("/v1/interrupts/{}", token(&[8; 32], &run_id, &interrupt_id, now + 60_000)),
+            None,
+            resolve.clone(),
+            StatusCode::NOT_FOUND,
+            "interrupt_not_found",
+        ),
+        (
+            "token of an unknown run",
+            format!("/v1/interrupts/{}", token(&[7; 32], "run-ghost", &interrupt_id, now + 60_000)),
+            None,
+            resolve.clone(),
+            StatusCode::NOT_FOUND,
+            "interrupt_not_found",
+        ),
+        (
+            "expired token",
+            format!("/v1/interrupts/{}", token(&[7; 32], &run_id, &interrupt_id, now - 1)),
+            None,
+            resolve.clone(),
+            StatusCode::GONE,
+            "interrupt_expired",
+        ),
+        ("no scope", scoped.clone(), Some("reader-key"), resolve.clone(), StatusCode::FORBIDDEN, "forbidden"),
+        ("no key", scoped.clone(), None, resolve.clone(), StatusCode::UNAUTHORIZED, "unauthenticated"),
+        ("another tenant", scoped.clone(), Some("bob-key"), resolve.clone(), StatusCode::NOT_FOUND, "not_found"),
+        (
+            "unknown node",
+            format!("/v1/runs/{run_id}/interrupts/nowhere"),
+            Some("alice-key"),
+            resolve.clone(),
+            StatusCode::NOT_FOUND,
+            "interrupt_not_found",
+        ),
+        (
+            "action outside the gate",
+            scoped.clone(),
+            Some("alice-key"),
+            json!({"resumeValue": {"action": "maybe"}}),
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+        ),
+        (
+            "no resumeValue",
+            scoped.clone(),
+            Some("alice-key"),
+            json!({"action": "accept"}),
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+        ),
+        (
+            "token body without resumeValue",
+            format!("/v1/interrupts/{good}"),
+            None,
+            json!({}),
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+        ),
+    ];
+    for (name, uri, key, body, status, code) in cases {
+        let (got, answer) = h.call("POST", &uri, key, Some(Body::from(body.to_string()))).await;
+        assert_eq!(got, status, "{name}: {answer}");
+        assert_envelope(&answer, code);
+    }
+    for (uri, status) in
+        [("/v1/interrupts/%25%25", StatusCode::BAD_REQUEST), ("/v1/interrupts/tok_abc", StatusCode::NOT_FOUND)]
+    {
+        assert_eq!(h.call("GET", uri, None, None).await.0, status, "GET {uri}");
+    }
+    assert_eq!(h.counts(), before, "no refusal persisted anything");
+    let (_, snapshot) = h.call("GET", &format!("/v1/runs/{run_id}"), Some("alice-key"), None).await;
+    assert_eq!(snapshot["status"], "waiting-approval");
+
+    let (status, inspected) = h.call("GET", &format!("/v1/interrupts/{good}"), None, None).await;
+    assert_eq!((status, inspected["kind"].as_str()), (StatusCode::OK, Some("approval")));
+    let (status, answer) =
+        h.call("POST", &format!("/v1/interrupts/{good}"), None, Some(Body::from(resolve.to_string()))).await;
+    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("accept")), "{answer}");
+    let (status, answer) =
+        h.call("POST", &format!("/v1/interrupts/{good}"), None, Some(Body::from(resolve.to_string()))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_envelope(&answer, "interrupt_already_resolved");
+}
+
+#[tokio::test]
+async fn pause_and_resume_refusals_name_the_run_status() {
+    let h = harness().await;
+    let run_id = suspended_run(&h).await;
+    let (status, answer) = h.post(&format!("/v1/runs/{run_id}:pause"), "alice-key", json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_envelope(&answer, "run_state_conflict");
+    assert_eq!(answer["details"]["runStatus"], "waiting-approval");
+    let (status, answer) = h.post(&format!("/v1/runs/{run_id}:resume"), "alice-key", json!({})).await;
+    assert_eq!((status, answer["details"]["runStatus"].as_str()), (StatusCode::CONFLICT, Some("waiting-approval")));
+    let (status, answer) = h.post(&format!("/v1/runs/{run_id}:pause"), "reader-key", json!({})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_envelope(&answer, "forbidden");
+    let (status, answer) = h.post(&format!("/v1/runs/{run_id}:pause"), "alice-key", json!({"drainPolicy": 3})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_envelope(&answer, "validation_error");
+    let (status, _) = h.post("/v1/runs/run-ghost:pause", "alice-key", json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }
