@@ -62,7 +62,71 @@ pub async fn store_contract(store: Arc<dyn Store>) {
     workflows_are_versioned_by_content(store.clone()).await;
     idempotency_claims_are_exclusive(store.clone()).await;
     runs_list_newest_first_with_filters(store.clone()).await;
+    interrupts_and_votes_are_durable_and_one_resolution_wins(store.clone()).await;
     crash_points_lose_and_duplicate_nothing(store).await;
+}
+
+/// An interrupt occurrence, its votes and its resolution live in the run's state: they
+/// survive a reload as written, and of resolutions racing from the same version exactly one
+/// commits (the conditional write the serverless store and the transaction the embedded one
+/// use), so a quorum closes once.
+async fn interrupts_and_votes_are_durable_and_one_resolution_wins(store: Arc<dyn Store>) {
+    use crate::interrupt::{InterruptState, Resolution, Resolver};
+    let workflow = Workflow::compile(json!({
+        "id": "contract-quorum", "name": "Contract quorum",
+        "nodes": [{"id": "gate", "typeId": "core.approvalGate", "config": {"requiredApprovals": 2}}]
+    }))
+    .expect("valid workflow");
+    let mut run = pending_run(&workflow, "run-q", "t1");
+    let outcome = engine::apply(&workflow, &mut run, Input::Start, 1_000);
+    run.version = 1;
+    store.create_run(&run, &outcome.events, &outcome.effects, None).await.unwrap();
+    let mut commit = |input: Input, at: u64| {
+        let expected = run.version;
+        let outcome = engine::apply(&workflow, &mut run, input, at);
+        run.version = expected + 1;
+        (run.clone(), expected, outcome)
+    };
+    let (state, expected, outcome) = commit(Input::Step { node_id: "gate".into(), activation: 1 }, 1_001);
+    store.commit(&state, expected, &outcome.events, &outcome.effects).await.unwrap();
+    let vote = |voter: &str| {
+        Input::Resolve(Resolution {
+            node_id: "gate".into(),
+            interrupt_id: None,
+            value: json!({"action": "accept", "voter": voter}),
+            resolver: Resolver::Principal("contract".into()),
+        })
+    };
+    let (state, expected, outcome) = commit(vote("first"), 1_002);
+    store.commit(&state, expected, &outcome.events, &outcome.effects).await.unwrap();
+    let loaded = store.load_run("run-q").await.unwrap().unwrap();
+    assert_eq!(loaded, state, "the occurrence and its vote round-trip");
+    assert_eq!(loaded.interrupts[0].votes[0].voter, "first");
+
+    let mut racers = Vec::new();
+    for voter in 0..8 {
+        let mut mine = loaded.clone();
+        let outcome = engine::apply(&workflow, &mut mine, vote(&format!("second-{voter}")), 1_003);
+        mine.version = loaded.version + 1;
+        let store = store.clone();
+        let expected = loaded.version;
+        racers.push(async move { store.commit(&mine, expected, &outcome.events, &outcome.effects).await });
+    }
+    let mut wins = 0;
+    for racer in racers {
+        match racer.await {
+            Ok(()) => wins += 1,
+            Err(StoreError::Conflict) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(wins, 1, "one resolution commits");
+    let resolved = store.load_run("run-q").await.unwrap().unwrap();
+    assert!(matches!(resolved.interrupts[0].state, InterruptState::Resolved { .. }));
+    assert_eq!(resolved.interrupts[0].votes.len(), 2);
+    let events = store.events_after("run-q", None, 100).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.event_type == "interrupt.resolved").count(), 1);
+    assert!(events.iter().enumerate().all(|(i, e)| e.sequence == i as u64), "contiguous");
 }
 
 /// The named crash points, at the store: before the commit nothing is written; after the
