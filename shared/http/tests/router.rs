@@ -390,6 +390,9 @@ fn token(secret: &[u8; 32], run_id: &str, interrupt_id: &str, expires_at: u64) -
     TokenSigner::new(secret).sign(&claims)
 }
 
+/// `(name, uri, key, body, status, code)`.
+type RefusalCase = (&'static str, String, Option<&'static str>, Value, StatusCode, &'static str);
+
 #[tokio::test]
 async fn every_interrupt_refusal_is_its_envelope_and_changes_nothing() {
     let h = harness().await;
@@ -402,7 +405,7 @@ async fn every_interrupt_refusal_is_its_envelope_and_changes_nothing() {
     let before = h.counts();
     let resolve = json!({"resumeValue": {"action": "accept"}});
     let scoped = format!("/v1/runs/{run_id}/interrupts/gate");
-    let cases: Vec<(&str, String, Option<&str>, Value, StatusCode, &str)> = vec![
+    let cases: Vec<RefusalCase> = vec![
         (
             "malformed token",
             "/v1/interrupts/not%20a%20token".into(),
