@@ -274,5 +274,21 @@ async fn shipped_examples_run() {
         assert!(done < join_start, "{branch} must finish before the join starts");
     }
     assert_eq!(client.snapshot(&reminder).await["variables"]["message"], "hi");
+
+    let expense = client.create(json!({"workflowId": "expense-approval"})).await;
+    client.wait_status(&expense, "waiting-input", SPEC_DEADLINE).await;
+    let answer = |purpose: &str| json!({"resumeValue": {"answers": {"purpose": purpose}}});
+    let (status, _) = client.request("POST", &format!("/v1/runs/{expense}/interrupts/ask"), Some(answer("x"))).await;
+    assert_eq!(status, 400, "the question's schema wants three characters or more");
+    let (status, _) =
+        client.request("POST", &format!("/v1/runs/{expense}/interrupts/ask"), Some(answer("team dinner"))).await;
+    assert_eq!(status, 200);
+    client.wait_status(&expense, "waiting-approval", SPEC_DEADLINE).await;
+    for voter in ["ana", "ben"] {
+        let vote = json!({"resumeValue": {"action": "accept", "voter": voter}});
+        assert_eq!(client.request("POST", &format!("/v1/runs/{expense}/interrupts/approve"), Some(vote)).await.0, 200);
+    }
+    assert_eq!(client.wait_terminal(&expense, SPEC_DEADLINE).await["status"], "completed");
+    assert_eq!(node_types(&client.events(&expense).await, "book"), ["node.started", "node.completed"]);
     host.stop().await;
 }
