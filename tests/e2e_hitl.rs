@@ -216,3 +216,40 @@ async fn interrupt_events_and_snapshots_match_the_official_schemas() {
     );
     host.stop().await;
 }
+
+#[tokio::test]
+async fn a_keyed_re_pause_replays_its_answer() {
+    let host = start(serve_args(None)).await;
+    let base = format!("http://{}", host.addr);
+    let client = Client::new(&base, KEY);
+    let run_id = client.create(json!({"workflowId": "conformance-delay", "inputs": {"delayMs": 3000}})).await;
+    client.wait_status(&run_id, "running", SPEC_DEADLINE).await;
+    let http = reqwest::Client::new();
+    let pause = |key: &'static str| {
+        http.post(format!("{base}/v1/runs/{run_id}:pause"))
+            .bearer_auth(KEY)
+            .header("Idempotency-Key", key)
+            .json(&json!({"reason": "deploy"}))
+            .send()
+    };
+    let first = pause("pause-1").await.unwrap();
+    assert_eq!(first.status(), 202);
+    let first_body: Value = first.json().await.unwrap();
+    let again = pause("pause-1").await.unwrap();
+    assert_eq!(again.status(), 202);
+    assert_eq!(again.headers()["openwop-idempotent-replay"], "true");
+    assert_eq!(again.json::<Value>().await.unwrap(), first_body);
+    let other = pause("pause-2").await.unwrap();
+    assert_eq!(other.status(), 409);
+    let other: Value = other.json().await.unwrap();
+    assert_eq!(
+        (other["error"].as_str(), other["details"]["runStatus"].as_str()),
+        (Some("run_state_conflict"), Some("paused"))
+    );
+    let events = client.events(&run_id).await;
+    assert_eq!(types(&events).iter().filter(|t| *t == "run.paused").count(), 1, "one pause recorded");
+    let (status, _) = client.request("POST", &format!("/v1/runs/{run_id}/cancel"), None).await;
+    assert_eq!(status, 200, "a paused run can be cancelled");
+    assert_eq!(client.wait_terminal(&run_id, SPEC_DEADLINE).await["status"], "cancelled");
+    host.stop().await;
+}

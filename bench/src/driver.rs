@@ -25,8 +25,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[index.min(sorted.len() - 1)]
 }
 
-/// Creates one run and long-polls its events until the terminal event is read.
-async fn one_run(http: &reqwest::Client, base: &str, workflow: &str) -> Duration {
+/// Creates one run and long-polls its events until the terminal event is read; a run that
+/// suspends is resolved as soon as its `interrupt.requested` is read.
+async fn one_run(http: &reqwest::Client, base: &str, workflow: &str, resolve: Option<&(&str, Value)>) -> Duration {
     let started = Instant::now();
     let created: Value = http
         .post(format!("{base}/v1/runs"))
@@ -54,6 +55,18 @@ async fn one_run(http: &reqwest::Client, base: &str, workflow: &str) -> Duration
             assert_eq!(page["runStatus"], "completed", "benchmark runs must complete");
             return started.elapsed();
         }
+        let asked =
+            page["events"].as_array().is_some_and(|events| events.iter().any(|e| e["type"] == "interrupt.requested"));
+        if let (true, Some((node, value))) = (asked, resolve) {
+            let resolved = http
+                .post(format!("{base}/v1/runs/{run_id}/interrupts/{node}"))
+                .bearer_auth(KEY)
+                .json(&json!({ "resumeValue": value }))
+                .send()
+                .await
+                .expect("resolve");
+            assert_eq!(resolved.status().as_u16(), 200, "benchmark resolutions must be accepted");
+        }
         cursor = page["lastEventSeq"].as_i64().unwrap_or(cursor);
     }
 }
@@ -64,11 +77,11 @@ async fn drive(base: &str, scenario: &Scenario, clients: usize, runs: usize) -> 
     let per_client = runs.div_ceil(clients);
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
-            let (http, base, id) = (http.clone(), base.to_owned(), scenario.id);
+            let (http, base, id, resolve) = (http.clone(), base.to_owned(), scenario.id, scenario.resolve.clone());
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(per_client);
                 for _ in 0..per_client {
-                    latencies.push(one_run(&http, &base, id).await);
+                    latencies.push(one_run(&http, &base, id, resolve.as_ref()).await);
                 }
                 latencies
             })

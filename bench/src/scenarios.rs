@@ -7,6 +7,9 @@ pub(crate) struct Scenario {
     pub(crate) id: &'static str,
     pub(crate) nodes: usize,
     pub(crate) definition: Value,
+    /// For a run that suspends: the node and the resume value the client sends as soon as
+    /// it reads `interrupt.requested`.
+    pub(crate) resolve: Option<(&'static str, Value)>,
 }
 
 fn chain(id: &'static str, length: usize) -> Scenario {
@@ -14,7 +17,12 @@ fn chain(id: &'static str, length: usize) -> Scenario {
     let edges: Vec<Value> = (1..length)
         .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{}", i - 1), "targetNodeId": format!("n{i}")}))
         .collect();
-    Scenario { id, nodes: length, definition: json!({"id": id, "name": id, "nodes": nodes, "edges": edges}) }
+    Scenario {
+        id,
+        nodes: length,
+        definition: json!({"id": id, "name": id, "nodes": nodes, "edges": edges}),
+        resolve: None,
+    }
 }
 
 fn fan_out(id: &'static str, width: usize) -> Scenario {
@@ -26,10 +34,36 @@ fn fan_out(id: &'static str, width: usize) -> Scenario {
         edges.push(json!({"id": format!("j{i}"), "sourceNodeId": format!("b{i}"), "targetNodeId": "join"}));
     }
     nodes.push(json!({"id": "join", "typeId": "core.noop"}));
-    Scenario { id, nodes: width + 2, definition: json!({"id": id, "name": id, "nodes": nodes, "edges": edges}) }
+    Scenario {
+        id,
+        nodes: width + 2,
+        definition: json!({"id": id, "name": id, "nodes": nodes, "edges": edges}),
+        resolve: None,
+    }
 }
 
-/// Chains of 10 and 50 `core.noop` nodes and an 8-wide fan-out with a join.
+/// `noop → approval gate → noop`, accepted by the client as soon as the gate asks.
+fn approval(id: &'static str) -> Scenario {
+    let nodes = json!([{"id": "before", "typeId": "core.noop"},
+        {"id": "gate", "typeId": "core.approvalGate", "config": {"title": "Benchmark approval"}},
+        {"id": "after", "typeId": "core.noop"}]);
+    let edges = json!([{"id": "e1", "sourceNodeId": "before", "targetNodeId": "gate"},
+        {"id": "e2", "sourceNodeId": "gate", "targetNodeId": "after"}]);
+    Scenario {
+        id,
+        nodes: 3,
+        definition: json!({"id": id, "name": id, "nodes": nodes, "edges": edges}),
+        resolve: Some(("gate", json!({"action": "accept"}))),
+    }
+}
+
+/// Chains of 10 and 50 `core.noop` nodes, an 8-wide fan-out with a join, and a three-node
+/// run through an approval gate resolved by the client.
 pub(crate) fn all() -> Vec<Scenario> {
-    vec![chain("bench-chain-10", 10), chain("bench-chain-50", 50), fan_out("bench-fan-out-8", 8)]
+    vec![
+        chain("bench-chain-10", 10),
+        chain("bench-chain-50", 50),
+        fan_out("bench-fan-out-8", 8),
+        approval("bench-approval"),
+    ]
 }

@@ -18,6 +18,7 @@ use serde_json::json;
 use trellis_aws::app::sdk_config;
 use trellis_aws::dispatch::handle_message;
 use trellis_aws::{AwsApp, Settings};
+use trellis_core::interrupt::{Resolution, Resolver};
 use trellis_core::limits::HostLimits;
 use trellis_core::run::Principal;
 
@@ -74,36 +75,8 @@ async fn main() {
     }
     let after_create = (app.store.usage(), app.effects.requests());
 
-    let (mut invocations, mut receives, mut deletes) = (0u64, 0u64, 0u64);
     let expected = (args.runs * args.nodes) as u64;
-    while invocations < expected {
-        let received = sqs
-            .receive_message()
-            .queue_url(&queue_url)
-            .max_number_of_messages(1)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .expect("receive");
-        receives += 1;
-        let Some(message) = received.messages().first() else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        };
-        let mut record = SqsMessage::default();
-        record.message_id = message.message_id().map(str::to_owned);
-        record.body = message.body().map(str::to_owned);
-        record.attributes.insert("ApproximateReceiveCount".into(), "1".into());
-        handle_message(&app, &record).await;
-        invocations += 1;
-        sqs.delete_message()
-            .queue_url(&queue_url)
-            .receipt_handle(message.receipt_handle().unwrap())
-            .send()
-            .await
-            .unwrap();
-        deletes += 1;
-    }
+    let (invocations, receives, deletes) = pump(&app, &sqs, &queue_url, expected).await;
     let done = (app.store.usage(), app.effects.requests());
     let steps = expected as f64;
     let create_runs = args.runs as f64;
@@ -124,6 +97,7 @@ async fn main() {
         deletes as f64 / steps,
         invocations as f64 / steps,
     );
+    approval_figures(&app, &sqs, &queue_url, &principal, args.runs).await;
     for function in ["trellis-api", "trellis-dispatcher", "trellis-completion"] {
         let path = format!("target/lambda/{function}/bootstrap");
         match std::fs::metadata(&path) {
@@ -139,4 +113,82 @@ async fn main() {
         ),
         Err(error) => println!("dispatcher start-up not measured: {error}"),
     }
+}
+
+/// Plays the event-source mapping (batch size 1) until `expected` messages were handled;
+/// returns `(invocations, receives, deletes)`.
+async fn pump(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queue_url: &str, expected: u64) -> (u64, u64, u64) {
+    let (mut invocations, mut receives, mut deletes) = (0u64, 0u64, 0u64);
+    while invocations < expected {
+        let received = sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(1)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        receives += 1;
+        let Some(message) = received.messages().first() else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let mut record = SqsMessage::default();
+        record.message_id = message.message_id().map(str::to_owned);
+        record.body = message.body().map(str::to_owned);
+        record.attributes.insert("ApproximateReceiveCount".into(), "1".into());
+        handle_message(app, &record).await;
+        invocations += 1;
+        sqs.delete_message()
+            .queue_url(queue_url)
+            .receipt_handle(message.receipt_handle().unwrap())
+            .send()
+            .await
+            .unwrap();
+        deletes += 1;
+    }
+    (invocations, receives, deletes)
+}
+
+/// The cost of one approval resolved through the API (the commit that closes the gate and
+/// releases the next step), measured on runs of `approval gate → noop` suspended at the gate.
+async fn approval_figures(
+    app: &AwsApp,
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    principal: &Principal,
+    runs: usize,
+) {
+    let gated = json!({"id": "bench-gate", "name": "bench gate",
+        "nodes": [{"id": "gate", "typeId": "core.approvalGate"}, {"id": "after", "typeId": "core.noop"}],
+        "edges": [{"id": "e", "sourceNodeId": "gate", "targetNodeId": "after"}]});
+    app.services.register_workflow("bench", gated).await.expect("workflow");
+    let respond = |_: &trellis_core::RunState| (201, json!({}));
+    let mut run_ids = Vec::new();
+    for _ in 0..runs {
+        let created = app.services.create_run(principal, &json!({"workflowId": "bench-gate"}), None, &respond).await;
+        match created.expect("create") {
+            trellis_core::service::CreateOutcome::Created(run) => run_ids.push(run.run_id),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    pump(app, sqs, queue_url, runs as u64).await;
+    let before = (app.store.usage(), app.effects.requests());
+    for run_id in &run_ids {
+        let resolution = Resolution {
+            node_id: "gate".into(),
+            interrupt_id: None,
+            value: json!({"action": "accept"}),
+            resolver: Resolver::Principal("bench".into()),
+        };
+        app.services.resolve_interrupt(Some("bench"), run_id, resolution).await.expect("resolve");
+    }
+    let after = (app.store.usage(), app.effects.requests());
+    let runs = runs as f64;
+    println!(
+        "per approval resolved through the API (gate closes, next step released): {:.2} WRU, {:.2} RRU, {:.2} SQS sends",
+        (after.0.write_units - before.0.write_units) as f64 / runs,
+        (after.0.read_units - before.0.read_units) as f64 / runs,
+        (after.1 - before.1) as f64 / runs,
+    );
 }

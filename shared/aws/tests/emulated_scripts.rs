@@ -44,3 +44,25 @@ async fn every_script_gives_the_same_run_on_aws_as_embedded() {
     assert!(checked >= 25, "only {checked} scripts ran");
     host.stop().await;
 }
+
+#[tokio::test]
+async fn of_racing_resolutions_on_aws_exactly_one_wins() {
+    if !emulators_configured() {
+        return;
+    }
+    let mut aws = stack().await;
+    let script = serde_json::json!({"id": "race", "workflowId": "conformance-approval"});
+    let created = Runner::new(&mut AwsDriver(&mut aws)).run_until(&script, "waiting-approval").await;
+    let path = format!("/v1/runs/{created}/interrupts/gate");
+    let body = serde_json::json!({"resumeValue": {"action": "accept"}});
+    let racers = (0..6).map(|_| aws.api("POST", &path, Some(body.clone())));
+    let mut answers: Vec<(u16, Value)> = futures_util::future::join_all(racers).await;
+    answers.sort_by_key(|(status, _)| *status);
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses, [200, 409, 409, 409, 409, 409], "{answers:?}");
+    assert!(answers[1..].iter().all(|(_, body)| body["error"] == "interrupt_already_resolved"));
+    let snapshot = aws.pump_until_terminal(&created, support::SPEC_DEADLINE, false).await;
+    assert_eq!(snapshot["status"], "completed");
+    let events = aws.events(&created).await;
+    assert_eq!(events.iter().filter(|e| e["type"] == "interrupt.resolved").count(), 1);
+}

@@ -132,15 +132,27 @@ impl<'a> Runner<'a> {
         snapshot["childRuns"][0]["runId"].as_str().unwrap_or_default().to_owned()
     }
 
-    /// Creates the script's run, plays its steps and checks its expectations.
-    pub async fn run(&mut self, script: &Value) -> Finished {
+    /// Creates the script's run and waits until it reads `status`; returns its id.
+    pub async fn run_until(&mut self, script: &Value, status: &str) -> String {
+        let run_id = self.create(script).await;
+        self.await_snapshot(&run_id, status, |s| s["status"] == status).await;
+        run_id
+    }
+
+    async fn create(&mut self, script: &Value) -> String {
         let label = script["id"].as_str().expect("script id");
         let workflow = script["workflowId"].as_str().unwrap_or(label);
         let mut request = script.get("request").cloned().unwrap_or_else(|| json!({}));
         request["workflowId"] = json!(workflow);
         let (status, created) = self.driver.call("POST", "/v1/runs", Some(request), true).await;
         assert_eq!(status, 201, "{label}: {created}");
-        let run_id = created["runId"].as_str().expect("runId").to_owned();
+        created["runId"].as_str().expect("runId").to_owned()
+    }
+
+    /// Creates the script's run, plays its steps and checks its expectations.
+    pub async fn run(&mut self, script: &Value) -> Finished {
+        let label = script["id"].as_str().expect("script id");
+        let run_id = self.create(script).await;
         let expect = &script["expect"];
         if expect["observeRunning"] == true || script["observeRunning"] == true {
             self.await_snapshot(&run_id, "running", |s| s["status"] == "running").await;

@@ -3,33 +3,40 @@
 //! requests exactly one wins; the loser re-decides against the new state and gets the
 //! precise refusal (`interrupt_already_resolved`, `run_state_conflict`, …).
 
-use super::{Services, MAX_CONFLICT_RETRIES};
+use super::{Decision, Services, MAX_CONFLICT_RETRIES};
 use crate::engine::{Input, Verdict};
 use crate::error::{ServiceError, StoreError};
 use crate::interrupt::{InterruptRecord, Refusal, Resolution};
 use crate::run::{DrainPolicy, RunState};
 
 impl Services {
-    /// Applies an operator `input` to `run_id` and commits it. With `tenant`, another
-    /// tenant's run reads as not found; without (a signed token authorised the caller), the
-    /// run is addressed directly.
-    async fn operate(&self, tenant: Option<&str>, run_id: &str, input: Input) -> Result<RunState, ServiceError> {
-        match (tenant, self.store.load_run(run_id).await?) {
-            (Some(tenant), Some(run)) if run.tenant != tenant => return Err(ServiceError::NotFound { what: "run" }),
-            (_, None) => return Err(ServiceError::NotFound { what: "run" }),
-            _ => {}
-        }
+    /// Applies an operator `input` to `run_id` and commits it; returns the run as it was read
+    /// and as committed. With `tenant`, another tenant's run reads as not found; without (a
+    /// signed token authorised the caller), the run is addressed directly. One read per
+    /// attempt: a lost version race re-reads and re-decides.
+    async fn operate(
+        &self,
+        tenant: Option<&str>,
+        run_id: &str,
+        input: Input,
+    ) -> Result<(RunState, RunState), ServiceError> {
         for _ in 0..MAX_CONFLICT_RETRIES {
-            let Some(decision) = self.decide(run_id, input.clone()).await? else {
-                return Err(ServiceError::NotFound { what: "run" });
+            let before = match self.store.load_run(run_id).await? {
+                Some(run) if tenant.is_none_or(|tenant| run.tenant == tenant) => run,
+                _ => return Err(ServiceError::NotFound { what: "run" }),
             };
-            match decision.outcome.verdict {
+            let workflow = self.pinned_workflow(&before).await?;
+            let mut run = before.clone();
+            let outcome = crate::engine::apply(&workflow, &mut run, input.clone(), self.clock.now());
+            match outcome.verdict {
                 Verdict::Applied => {}
                 Verdict::Refused(refusal) => return Err(ServiceError::Refused(refusal)),
-                Verdict::Ignored(_) | Verdict::Stale | Verdict::Later => return Ok(decision.run),
+                Verdict::Ignored(_) | Verdict::Stale | Verdict::Later => return Ok((before, run)),
             }
+            run.version = before.version + 1;
+            let decision = Decision { run, expected_version: before.version, outcome };
             match self.commit(&decision).await {
-                Ok(()) => return Ok(decision.run),
+                Ok(()) => return Ok((before, decision.run)),
                 Err(StoreError::Conflict) => continue,
                 Err(error) => return Err(error.into()),
             }
@@ -45,19 +52,15 @@ impl Services {
         run_id: &str,
         resolution: Resolution,
     ) -> Result<(RunState, InterruptRecord), ServiceError> {
-        let node_id = resolution.node_id.clone();
-        let named = resolution.interrupt_id.clone();
-        let pending_before = match &named {
-            Some(id) => Some(id.clone()),
-            None => self.store.load_run(run_id).await?.and_then(|run| {
-                run.interrupts.iter().find(|r| r.node_id == node_id && r.is_pending()).map(|r| r.id.clone())
-            }),
-        };
-        let run = self.operate(tenant, run_id, Input::Resolve(resolution)).await?;
-        let record = pending_before
-            .and_then(|id| run.interrupts.iter().find(|record| record.id == id).cloned())
-            .ok_or(ServiceError::Internal)?;
-        Ok((run, record))
+        let (node_id, named) = (resolution.node_id.clone(), resolution.interrupt_id.clone());
+        let (before, run) = self.operate(tenant, run_id, Input::Resolve(resolution)).await?;
+        // The occurrence the resolution was about: the one named, else the node's pending one
+        // as it was read (after a refine, the run's pending occurrence is a new one).
+        let id = named.or_else(|| {
+            before.interrupts.iter().find(|r| r.node_id == node_id && r.is_pending()).map(|r| r.id.clone())
+        });
+        let record = id.and_then(|id| run.interrupts.iter().find(|record| record.id == id).cloned());
+        Ok((run, record.ok_or(ServiceError::Internal)?))
     }
 
     /// Pauses a running run.
@@ -68,7 +71,7 @@ impl Services {
         reason: Option<String>,
         drain_policy: DrainPolicy,
     ) -> Result<RunState, ServiceError> {
-        self.operate(Some(tenant), run_id, Input::Pause { reason, drain_policy }).await
+        Ok(self.operate(Some(tenant), run_id, Input::Pause { reason, drain_policy }).await?.1)
     }
 
     /// Resumes a paused run.
@@ -78,7 +81,7 @@ impl Services {
         run_id: &str,
         reason: Option<String>,
     ) -> Result<RunState, ServiceError> {
-        self.operate(Some(tenant), run_id, Input::Resume { reason }).await
+        Ok(self.operate(Some(tenant), run_id, Input::Resume { reason }).await?.1)
     }
 
     /// Why `resolution` would be refused against `run`, without committing anything (token
