@@ -258,6 +258,10 @@ pub struct RunState {
     pub status: RunStatus,
     /// Optimistic-concurrency version, +1 per commit.
     pub version: u64,
+    /// The version whose commit set the current status (stores that index runs by status
+    /// rewrite their index entry only when it equals `version`).
+    #[serde(default)]
+    pub status_version: u64,
     /// Sequence the next event gets.
     pub next_sequence: u64,
     /// Caller inputs folded over variable defaults, as seeded.

@@ -66,6 +66,12 @@ pub async fn store_contract(store: Arc<dyn Store>) {
     crash_points_lose_and_duplicate_nothing(store).await;
 }
 
+/// Whether `run-q` of tenant `t1` is listed under `status`.
+async fn listed(store: &Arc<dyn Store>, status: RunStatus) -> bool {
+    let filter = RunFilter { workflow_id: None, status: Some(status) };
+    store.list_runs("t1", &filter, None, 100).await.unwrap().iter().any(|run| run.run_id == "run-q")
+}
+
 /// An interrupt occurrence, its votes and its resolution live in the run's state: they
 /// survive a reload as written, and of resolutions racing from the same version exactly one
 /// commits (the conditional write the serverless store and the transaction the embedded one
@@ -74,7 +80,9 @@ async fn interrupts_and_votes_are_durable_and_one_resolution_wins(store: Arc<dyn
     use crate::interrupt::{InterruptState, Resolution, Resolver};
     let workflow = Workflow::compile(json!({
         "id": "contract-quorum", "name": "Contract quorum",
-        "nodes": [{"id": "gate", "typeId": "core.approvalGate", "config": {"requiredApprovals": 2}}]
+        "nodes": [{"id": "gate", "typeId": "core.approvalGate", "config": {"requiredApprovals": 2}},
+                  {"id": "after", "typeId": "core.noop"}],
+        "edges": [{"id": "e", "sourceNodeId": "gate", "targetNodeId": "after"}]
     }))
     .expect("valid workflow");
     let mut run = pending_run(&workflow, "run-q", "t1");
@@ -101,6 +109,7 @@ async fn interrupts_and_votes_are_durable_and_one_resolution_wins(store: Arc<dyn
     store.commit(&state, expected, &outcome.events, &outcome.effects).await.unwrap();
     let loaded = store.load_run("run-q").await.unwrap().unwrap();
     assert_eq!(loaded, state, "the occurrence and its vote round-trip");
+    assert!(listed(&store, RunStatus::WaitingApproval).await, "listed as waiting");
     assert_eq!(loaded.interrupts[0].votes[0].voter, "first");
 
     let mut racers = Vec::new();
@@ -127,6 +136,9 @@ async fn interrupts_and_votes_are_durable_and_one_resolution_wins(store: Arc<dyn
     let events = store.events_after("run-q", None, 100).await.unwrap();
     assert_eq!(events.iter().filter(|e| e.event_type == "interrupt.resolved").count(), 1);
     assert!(events.iter().enumerate().all(|(i, e)| e.sequence == i as u64), "contiguous");
+    assert_eq!(resolved.status, RunStatus::Running);
+    assert!(listed(&store, RunStatus::Running).await, "listed as running again");
+    assert!(!listed(&store, RunStatus::WaitingApproval).await, "no longer listed as waiting");
 }
 
 /// The named crash points, at the store: before the commit nothing is written; after the

@@ -532,12 +532,13 @@ impl RunStore for DynamoStore {
         if run.version != expected_version + 1 {
             return Err(StoreError::Conflict);
         }
-        // Status transitions also rewrite the run item (the listing index); plain progress
-        // writes the page alone.
-        let extra = if run.status == trellis_core::RunStatus::Running {
-            Vec::new()
-        } else {
+        // A commit that changes the status (to waiting, paused, terminal — or back to
+        // running) also rewrites the run item (the listing index); plain progress writes the
+        // page alone.
+        let extra = if run.status_version == run.version {
             vec![(codec::run_item(run, self.expires_at(run)), None)]
+        } else {
+            Vec::new()
         };
         match self.write_page(run, events, effects, extra, Vec::new()).await? {
             TransactOutcome::Done => Ok(()),

@@ -50,6 +50,9 @@ impl<'a> Transition<'a> {
         if verdict == Verdict::Applied {
             self.settle_status();
             let (before, after) = (self.original.status, self.state.status);
+            if before != after {
+                self.state.status_version = self.original.version + 1;
+            }
             let waiting_changed = before != after && (is_waiting(before) || is_waiting(after));
             if waiting_changed && !after.is_terminal() && after != RunStatus::Cancelling {
                 self.notify_parent();

@@ -148,6 +148,7 @@ pub(crate) fn new_run(
         },
         status: RunStatus::Pending,
         version: 0,
+        status_version: 0,
         next_sequence: 0,
         variables: inputs.clone(),
         inputs,
