@@ -63,7 +63,8 @@ async fn main() {
         .collect();
     let chain = json!({"id": "bench-chain", "name": "bench chain", "nodes": nodes, "edges": edges});
     app.services.register_workflow("bench", chain).await.expect("workflow");
-    let principal = Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into() };
+    let principal =
+        Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into(), test_scope: false };
     let respond = |_: &trellis_core::RunState| (201, json!({}));
 
     let before_create = (app.store.usage(), app.effects.requests());

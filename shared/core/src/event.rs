@@ -52,6 +52,10 @@ pub mod types {
     pub const RUN_PAUSED: &str = "run.paused";
     /// An operator resumed the run.
     pub const RUN_RESUMED: &str = "run.resumed";
+    /// A supervisor's decision, recorded before anything acts on it.
+    pub const RUN_ORCHESTRATOR_DECIDED: &str = "runOrchestrator.decided";
+    /// A run variable was set from outside the run (the test seam).
+    pub const VARIABLE_CHANGED: &str = "variable.changed";
 
     /// Whether `event_type` ends a run.
     pub fn is_terminal(event_type: &str) -> bool {
@@ -80,4 +84,8 @@ pub struct RunEvent {
     pub payload: Value,
     /// When it happened.
     pub timestamp: Millis,
+    /// The sequence of the event that caused it (rendered as `causationId`): a dispatch
+    /// node's events point at the `runOrchestrator.decided` they act on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causation: Option<u64>,
 }

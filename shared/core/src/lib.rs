@@ -18,6 +18,7 @@
 //! Nothing in this crate knows whether it runs embedded (SQLite) or on AWS.
 
 pub mod bundled;
+pub mod capabilities;
 pub mod engine;
 pub mod error;
 pub mod event;
@@ -25,6 +26,7 @@ pub mod interrupt;
 pub mod limits;
 pub mod model;
 pub mod nodes;
+pub mod orchestrator;
 pub mod ports;
 pub mod run;
 pub mod schema;

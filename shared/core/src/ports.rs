@@ -242,11 +242,21 @@ pub trait LocalQueue: EffectSink {
     async fn next_visible_at(&self) -> Result<Option<Millis>, StoreError>;
 }
 
-/// Definitions and runs: what every durable store provides (the shared contract suite
-/// holds each implementation to it).
-pub trait Store: WorkflowStore + RunStore {}
+/// Small host-wide settings shared by every process (the capability overlay of the test
+/// seam): JSON values by key.
+#[async_trait]
+pub trait HostSettings: Send + Sync {
+    /// The value under `key`, if set.
+    async fn setting(&self, key: &str) -> Result<Option<Value>, StoreError>;
+    /// Sets `key` to `value` (replacing it).
+    async fn put_setting(&self, key: &str, value: &Value) -> Result<(), StoreError>;
+}
 
-impl<T: WorkflowStore + RunStore> Store for T {}
+/// Definitions, runs and host settings: what every durable store provides (the shared
+/// contract suite holds each implementation to it).
+pub trait Store: WorkflowStore + RunStore + HostSettings {}
+
+impl<T: WorkflowStore + RunStore + HostSettings> Store for T {}
 
 /// The time.
 pub trait Clock: Send + Sync {

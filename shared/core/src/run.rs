@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::interrupt::InterruptRecord;
+use crate::orchestrator::OrchestratorState;
 use crate::timefmt::Millis;
 
 /// The OpenWOP run status enum, complete (RFC 0094 §B added `cancelling`).
@@ -108,6 +109,35 @@ pub struct NodeState {
     /// The child's last known status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_status: Option<RunStatus>,
+    /// A `core.dispatch` node working through a `next-worker` decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<DispatchProgress>,
+}
+
+/// Where a dispatch node is in the decision it acts on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DispatchProgress {
+    /// Sequence of the `runOrchestrator.decided` it acts on.
+    pub decision: u64,
+    /// The worker being run (index into `nextWorkerIds`).
+    pub index: usize,
+    /// How many workers the decision names.
+    pub total: usize,
+}
+
+/// A child run started by one of the run's nodes (the snapshot's `childRuns`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildRun {
+    /// The child run.
+    pub run_id: String,
+    /// The node that started it.
+    pub node_id: String,
+    /// Its workflow.
+    pub workflow_id: String,
+    /// Its last known status.
+    pub status: RunStatus,
 }
 
 impl NodeState {
@@ -216,6 +246,10 @@ pub struct Principal {
     pub subject: String,
     /// How the caller authenticated (`api-key`).
     pub key_class: String,
+    /// The credential carries the test scope (scripted supervisor plans are honoured for
+    /// its runs; the test seams accept it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub test_scope: bool,
 }
 
 /// The workflow version a run is pinned to.
@@ -311,6 +345,18 @@ pub struct RunState {
     /// The operator pause in force, while `paused`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseState>,
+    /// The supervisor's identity and decisions, once one has decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestrator: Option<OrchestratorState>,
+    /// Every child run the run's nodes started, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub child_runs: Vec<ChildRun>,
+    /// Capabilities switched off (by the test seam) when the run was created.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disabled_capabilities: Vec<String>,
+    /// Scripted supervisor plans are honoured (a conformance workflow, or a test-scope key).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mocks_allowed: bool,
 }
 
 impl RunState {

@@ -27,7 +27,12 @@ pub fn chain_workflow() -> Workflow {
 
 /// A pending run of `workflow` for `tenant`.
 pub fn pending_run(workflow: &Workflow, run_id: &str, tenant: &str) -> RunState {
-    let principal = Principal { tenant: tenant.to_owned(), subject: "contract".into(), key_class: "api-key".into() };
+    let principal = Principal {
+        tenant: tenant.to_owned(),
+        subject: "contract".into(),
+        key_class: "api-key".into(),
+        test_scope: false,
+    };
     let limits = RunLimits { max_node_executions: 100, run_duration_ms: 60_000 };
     crate::service::new_run(
         run_id.to_owned(),
@@ -63,7 +68,18 @@ pub async fn store_contract(store: Arc<dyn Store>) {
     idempotency_claims_are_exclusive(store.clone()).await;
     runs_list_newest_first_with_filters(store.clone()).await;
     interrupts_and_votes_are_durable_and_one_resolution_wins(store.clone()).await;
+    host_settings_round_trip(store.clone()).await;
     crash_points_lose_and_duplicate_nothing(store).await;
+}
+
+/// Host settings (the capability overlay) are absent until set, read back as written, and
+/// replaced by a later write.
+async fn host_settings_round_trip(store: Arc<dyn Store>) {
+    assert_eq!(store.setting("contract-setting").await.unwrap(), None);
+    store.put_setting("contract-setting", &json!({"agents.dispatchMapping": false})).await.unwrap();
+    assert_eq!(store.setting("contract-setting").await.unwrap(), Some(json!({"agents.dispatchMapping": false})));
+    store.put_setting("contract-setting", &json!({})).await.unwrap();
+    assert_eq!(store.setting("contract-setting").await.unwrap(), Some(json!({})));
 }
 
 /// Whether `run-q` of tenant `t1` is listed under `status`.

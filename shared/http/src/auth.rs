@@ -28,6 +28,9 @@ pub enum Scope {
     WorkflowsWrite,
     /// Resolving interrupts on the run-scoped surface.
     ApprovalsRespond,
+    /// The conformance test seams, and scripted supervisor plans in any workflow. Never
+    /// granted by `*`: it must be named.
+    TestSeams,
 }
 
 impl Scope {
@@ -40,17 +43,19 @@ impl Scope {
             Self::ManifestRead => "manifest:read",
             Self::WorkflowsWrite => "workflows:write",
             Self::ApprovalsRespond => "approvals:respond",
+            Self::TestSeams => "test:seams",
         }
     }
 
     /// Every scope this host checks.
-    pub const ALL: [Scope; 6] = [
+    pub const ALL: [Scope; 7] = [
         Self::RunsCreate,
         Self::RunsRead,
         Self::RunsCancel,
         Self::ManifestRead,
         Self::WorkflowsWrite,
         Self::ApprovalsRespond,
+        Self::TestSeams,
     ];
 }
 
@@ -74,7 +79,7 @@ impl ApiKey {
     }
 
     fn grants(&self, scope: Scope) -> bool {
-        self.scopes.iter().any(|granted| granted == "*" || granted == scope.as_str())
+        self.scopes.iter().any(|granted| (granted == "*" && scope != Scope::TestSeams) || granted == scope.as_str())
     }
 }
 
@@ -180,6 +185,7 @@ pub fn authenticate(parts: &Parts, keys: &KeyRing) -> Result<Caller, ApiError> {
             tenant: key.tenant.clone(),
             subject: key.label.clone(),
             key_class: "api-key".to_owned(),
+            test_scope: key.grants(Scope::TestSeams),
         },
         key: key.clone(),
     })

@@ -56,6 +56,13 @@ pub(crate) fn tenant_gsi_sk(created_at: u64, run_id: &str) -> String {
     format!("{created_at:020}#{run_id}")
 }
 
+/// Partition of host-wide settings (the capability overlay).
+pub(crate) const HOST_PK: &str = "HOST";
+
+pub(crate) fn setting_sk(key: &str) -> String {
+    format!("SETTING#{key}")
+}
+
 /// The `ClientRequestToken` of a commit: the same for a retry of the same commit.
 pub(crate) fn commit_token(run_id: &str, expected_version: u64) -> String {
     let digest = Sha256::digest(format!("{run_id}:{expected_version}").as_bytes());

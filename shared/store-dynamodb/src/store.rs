@@ -7,9 +7,11 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
+use serde_json::Value;
 use trellis_core::engine::Effect;
 use trellis_core::ports::{
-    CreateResult, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore, StoredWorkflow, WorkflowStore,
+    CreateResult, HostSettings, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore, StoredWorkflow,
+    WorkflowStore,
 };
 use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
@@ -412,6 +414,29 @@ fn attach_values(
             TransactWriteItem::builder().put(builder.build().expect("put has table and item")).build()
         })
         .collect()
+}
+
+#[async_trait]
+impl HostSettings for DynamoStore {
+    async fn setting(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        let mut item_key = Item::new();
+        item_key.insert(PK.into(), s(keys::HOST_PK.to_owned()));
+        item_key.insert(SK.into(), s(keys::setting_sk(key)));
+        let Some(item) = self.get(item_key).await? else { return Ok(None) };
+        let text = get_s(&item, "value")?;
+        serde_json::from_str(text).map(Some).map_err(|error| StoreError::Corrupt(error.to_string()))
+    }
+
+    async fn put_setting(&self, key: &str, value: &Value) -> Result<(), StoreError> {
+        let mut item = Item::new();
+        item.insert(PK.into(), s(keys::HOST_PK.to_owned()));
+        item.insert(SK.into(), s(keys::setting_sk(key)));
+        item.insert("value".into(), s(value.to_string()));
+        let size = codec::item_size(&item);
+        self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.map_err(unavailable)?;
+        self.meter.write(size);
+        Ok(())
+    }
 }
 
 #[async_trait]

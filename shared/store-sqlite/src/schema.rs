@@ -1,8 +1,12 @@
 //! The SQLite schema, created on open.
 
-/// The layout version this build writes (`PRAGMA user_version`). A database with another
-/// non-zero version is refused at open rather than misread.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+/// The layout version this build writes (`PRAGMA user_version`). A database of an older
+/// version is migrated at open ([`MIGRATIONS`]); a newer one is refused rather than misread.
+pub(crate) const SCHEMA_VERSION: i64 = 2;
+
+/// `(from version, statements)`: applied in order to databases older than [`SCHEMA_VERSION`].
+/// Version 2 records each event's causation (`causationId` of dispatch events).
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, "ALTER TABLE events ADD COLUMN causation INTEGER;")];
 
 /// DDL applied at open; every statement is idempotent.
 pub(crate) const DDL: &str = "
@@ -33,6 +37,7 @@ CREATE TABLE IF NOT EXISTS events (
     node_id   TEXT,
     payload   TEXT    NOT NULL,
     timestamp INTEGER NOT NULL,
+    causation INTEGER,
     PRIMARY KEY (run_id, sequence)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS idempotency (
@@ -56,4 +61,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     deliveries   INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tasks_by_due ON tasks (due_at);
+CREATE TABLE IF NOT EXISTS settings (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
 ";

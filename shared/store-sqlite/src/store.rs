@@ -8,13 +8,13 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
 use serde_json::Value;
 use trellis_core::engine::Effect;
 use trellis_core::ports::{
-    CreateResult, EffectSink, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition, RunStore,
-    StoredWorkflow, Task, WorkflowStore,
+    CreateResult, EffectSink, HostSettings, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition,
+    RunStore, StoredWorkflow, Task, WorkflowStore,
 };
 use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
-use crate::schema::{DDL, SCHEMA_VERSION};
+use crate::schema::{DDL, MIGRATIONS, SCHEMA_VERSION};
 
 /// The embedded store. Operations are short and run under one connection lock.
 pub struct SqliteStore {
@@ -58,10 +58,17 @@ impl SqliteStore {
 
     fn init(connection: Connection) -> Result<Self, StoreError> {
         let found: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(unavailable)?;
-        if found != 0 && found != SCHEMA_VERSION {
+        if found > SCHEMA_VERSION {
             return Err(StoreError::Corrupt(format!(
-                "the database has layout version {found}; this build reads version {SCHEMA_VERSION}"
+                "the database has layout version {found}; this build reads version {SCHEMA_VERSION} and older"
             )));
+        }
+        if found != 0 {
+            for (from, statements) in MIGRATIONS.iter().filter(|(from, _)| *from >= found) {
+                connection.execute_batch(statements).map_err(|error| {
+                    StoreError::Corrupt(format!("migrating the database from layout version {from}: {error}"))
+                })?;
+            }
         }
         connection.execute_batch(DDL).map_err(unavailable)?;
         connection.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(unavailable)?;
@@ -93,7 +100,8 @@ impl SqliteStore {
 fn insert_events(tx: &Transaction<'_>, run_id: &str, events: &[RunEvent]) -> Result<(), StoreError> {
     let mut insert = tx
         .prepare_cached(
-            "INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp, causation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )
         .map_err(unavailable)?;
     for event in events {
@@ -104,7 +112,8 @@ fn insert_events(tx: &Transaction<'_>, run_id: &str, events: &[RunEvent]) -> Res
                 event.event_type,
                 event.node_id,
                 to_json(&event.payload)?,
-                event.timestamp
+                event.timestamp,
+                event.causation
             ])
             .map_err(unavailable)?;
     }
@@ -248,6 +257,26 @@ impl WorkflowStore for SqliteStore {
 }
 
 #[async_trait]
+impl HostSettings for SqliteStore {
+    async fn setting(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        let connection = self.lock();
+        let mut query = connection.prepare_cached("SELECT value FROM settings WHERE key = ?1").map_err(unavailable)?;
+        let text: Option<String> = query.query_row([key], |row| row.get(0)).optional().map_err(unavailable)?;
+        text.map(|text| serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(e.to_string()))).transpose()
+    }
+
+    async fn put_setting(&self, key: &str, value: &Value) -> Result<(), StoreError> {
+        let connection = self.lock();
+        connection
+            .prepare_cached("INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+            .map_err(unavailable)?
+            .execute(params![key, value.to_string()])
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
 impl RunStore for SqliteStore {
     async fn create_run(
         &self,
@@ -340,7 +369,7 @@ impl RunStore for SqliteStore {
         let connection = self.lock();
         let mut query = connection
             .prepare_cached(
-                "SELECT sequence, type, node_id, payload, timestamp FROM events
+                "SELECT sequence, type, node_id, payload, timestamp, causation FROM events
                  WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
             )
             .map_err(unavailable)?;
@@ -353,14 +382,15 @@ impl RunStore for SqliteStore {
                     row.get::<_, Option<String>>(2)?,
                     row.get::<_, String>(3)?,
                     row.get::<_, u64>(4)?,
+                    row.get::<_, Option<u64>>(5)?,
                 ))
             })
             .map_err(unavailable)?;
         let mut events = Vec::new();
         for row in rows {
-            let (sequence, event_type, node_id, payload, timestamp) = row.map_err(unavailable)?;
+            let (sequence, event_type, node_id, payload, timestamp, causation) = row.map_err(unavailable)?;
             let payload: Value = serde_json::from_str(&payload).map_err(corrupt)?;
-            events.push(RunEvent { sequence, event_type, node_id, payload, timestamp });
+            events.push(RunEvent { sequence, event_type, node_id, payload, timestamp, causation });
         }
         Ok(events)
     }

@@ -9,8 +9,8 @@ use serde_json::json;
 use trellis_core::engine::Effect;
 use trellis_core::limits::HostLimits;
 use trellis_core::ports::{
-    CreateResult, IdGenerator, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore, StoredWorkflow,
-    WorkflowStore, GLOBAL_NAMESPACE,
+    CreateResult, HostSettings, IdGenerator, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore,
+    StoredWorkflow, WorkflowStore, GLOBAL_NAMESPACE,
 };
 use trellis_core::run::Principal;
 use trellis_core::service::{CreateOutcome, Ports, Services};
@@ -38,6 +38,16 @@ impl WorkflowStore for FailingSteps {
     }
     async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError> {
         self.0.workflow_ids(namespace).await
+    }
+}
+
+#[async_trait]
+impl HostSettings for FailingSteps {
+    async fn setting(&self, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        self.0.setting(key).await
+    }
+    async fn put_setting(&self, key: &str, value: &serde_json::Value) -> Result<(), StoreError> {
+        self.0.put_setting(key, value).await
     }
 }
 
@@ -124,7 +134,8 @@ async fn a_task_failing_on_its_last_delivery_fails_its_run() {
         )
         .await
         .unwrap();
-    let principal = Principal { tenant: "t".into(), subject: "s".into(), key_class: "api-key".into() };
+    let principal =
+        Principal { tenant: "t".into(), subject: "s".into(), key_class: "api-key".into(), test_scope: false };
     let respond = |_: &RunState| (201, json!({}));
     let created = services.create_run(&principal, &json!({"workflowId": "one"}), None, &respond).await.unwrap();
     assert!(matches!(created, CreateOutcome::Created(_)));

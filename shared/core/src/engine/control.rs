@@ -305,6 +305,7 @@ impl Transition<'_> {
             return Verdict::Ignored("the child's status is already known");
         }
         self.node_mut(node_id).child_status = Some(status);
+        self.note_child(child_run_id, status);
         Verdict::Applied
     }
 

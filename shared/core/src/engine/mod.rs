@@ -7,6 +7,7 @@
 //! graph propagation it calls.
 
 mod control;
+mod orchestration;
 mod progress;
 pub mod transitions;
 
@@ -17,6 +18,7 @@ use crate::interrupt::{Refusal, Resolution};
 use crate::run::{DrainPolicy, NodeStatus, RunState, RunStatus};
 use crate::timefmt::Millis;
 
+pub use orchestration::{child_inputs, DISPATCH_TYPE_ID, MAX_FAN_OUT};
 pub use progress::PARENT_CANCELLED;
 pub use transitions::apply;
 
@@ -90,6 +92,11 @@ pub enum Input {
     Resume {
         /// Free-text reason.
         reason: Option<String>,
+    },
+    /// Run variables set from outside the run (the test seam).
+    SetVariables {
+        /// Name → value.
+        variables: serde_json::Map<String, serde_json::Value>,
     },
 }
 
@@ -293,5 +300,7 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
 
 #[cfg(test)]
 mod control_tests;
+#[cfg(test)]
+mod orchestration_tests;
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,7 @@ use crate::model::definition::{PortRef, PortValue};
 use crate::model::Workflow;
 use crate::nodes::subworkflow::SubWorkflowConfig;
 use crate::nodes::{self, NodeContext, NodeOutcome};
-use crate::run::{EdgeStatus, NodeState, NodeStatus, RunError, RunState, RunStatus};
+use crate::run::{ChildRun, EdgeStatus, NodeState, NodeStatus, RunError, RunState, RunStatus};
 use crate::timefmt::Millis;
 
 /// The cancel reason a cascade from a parent carries.
@@ -65,12 +65,14 @@ impl<'a> Transition<'a> {
     }
 
     pub(super) fn emit(&mut self, event_type: &str, node_id: Option<&str>, payload: Value) {
+        let causation = node_id.and_then(|node_id| self.causation_of(node_id));
         self.events.push(RunEvent {
             sequence: self.state.next_sequence,
             event_type: event_type.to_owned(),
             node_id: node_id.map(str::to_owned),
             payload,
             timestamp: self.now,
+            causation,
         });
         self.state.next_sequence += 1;
     }
@@ -154,18 +156,25 @@ impl<'a> Transition<'a> {
                 let activation = node.activation;
                 self.effects.push(Effect::Wake { node_id: node_id.to_owned(), activation, due_at });
             }
-            NodeOutcome::SpawnChild { workflow_id } => self.spawn_child(node_id, workflow_id),
+            NodeOutcome::SpawnChild { workflow_id } => self.spawn_child(node_id, workflow_id, None),
             NodeOutcome::Suspend(request) => self.suspend(node_id, request),
+            NodeOutcome::Decide => self.decide(node_id),
+            NodeOutcome::Dispatch => self.dispatch(node_id),
         }
         Verdict::Applied
     }
 
-    fn spawn_child(&mut self, node_id: &str, workflow_id: String) {
+    /// Starts a child run for `node_id`; `worker` distinguishes the workers of one dispatch.
+    pub(super) fn spawn_child(&mut self, node_id: &str, workflow_id: String, worker: Option<usize>) {
         let now = self.now;
         let run_id = self.state.run_id.clone();
         let node = self.node_mut(node_id);
         let activation = node.activation;
-        let digest = Sha256::digest(format!("{run_id}\n{node_id}\n{activation}").as_bytes());
+        let seed = match worker {
+            None => format!("{run_id}\n{node_id}\n{activation}"),
+            Some(index) => format!("{run_id}\n{node_id}\n{activation}\n{index}"),
+        };
+        let digest = Sha256::digest(seed.as_bytes());
         let child_run_id = format!("run-{}", &hex::encode(digest)[..32]);
         node.status = NodeStatus::WaitingChild;
         node.child_run_id = Some(child_run_id.clone());
@@ -173,6 +182,12 @@ impl<'a> Transition<'a> {
         node.child_status = Some(RunStatus::Pending);
         let payload = json!({ "childRunId": child_run_id, "childWorkflowId": workflow_id, "childStatus": "pending" });
         self.emit(types::NODE_DISPATCHED, Some(node_id), payload);
+        self.state.child_runs.push(ChildRun {
+            run_id: child_run_id.clone(),
+            node_id: node_id.to_owned(),
+            workflow_id: workflow_id.clone(),
+            status: RunStatus::Pending,
+        });
         self.effects.push(Effect::StartChild {
             node_id: node_id.to_owned(),
             activation,
@@ -195,6 +210,10 @@ impl<'a> Transition<'a> {
         });
         if !waiting || !status.is_terminal() {
             return Verdict::Stale;
+        }
+        self.note_child(child_run_id, status);
+        if self.workflow.node(node_id).is_some_and(|node| node.type_id == super::orchestration::DISPATCH_TYPE_ID) {
+            return self.dispatch_child_finished(node_id, child_run_id, status, variables, error);
         }
         let Some(config) = self.workflow.node(node_id).and_then(|node| SubWorkflowConfig::parse(&node.config).ok())
         else {
@@ -299,6 +318,13 @@ impl<'a> Transition<'a> {
 
     // ----- helpers ----------------------------------------------------------------------
 
+    /// Records a child's status in the run's list of child runs.
+    pub(super) fn note_child(&mut self, child_run_id: &str, status: RunStatus) {
+        if let Some(child) = self.state.child_runs.iter_mut().find(|child| child.run_id == child_run_id) {
+            child.status = status;
+        }
+    }
+
     pub(super) fn node_mut(&mut self, node_id: &str) -> &mut NodeState {
         self.state.nodes.entry(node_id.to_owned()).or_insert_with(|| NodeState {
             status: NodeStatus::Idle,
@@ -309,6 +335,7 @@ impl<'a> Transition<'a> {
             child_run_id: None,
             child_workflow_id: None,
             child_status: None,
+            dispatch: None,
         })
     }
 
@@ -379,6 +406,8 @@ impl<'a> Transition<'a> {
             targets.push_back(self.workflow.graph.ends[edge].1);
         }
         self.propagate(targets);
+        let outputs = self.state.nodes.get(node_id).map(|node| node.outputs.clone()).unwrap_or_default();
+        self.loop_back(index, &outputs);
         if !self.state.nodes.values().any(|n| n.is_active()) {
             self.complete_run();
         }

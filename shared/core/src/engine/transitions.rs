@@ -26,6 +26,8 @@
 //! | running                        | pause            | paused; `run.paused`                               |
 //! | any other                      | pause            | refused (`run_state_conflict`, a suspension is never overridden) |
 //! | paused                         | resume           | running or waiting-*; `run.resumed`; steps and timers re-issued |
+//! | running, paused, waiting-*     | set variables    | the variables change; `variable.changed` each (test seam) |
+//! | any other                      | set variables    | refused (`run_state_conflict`)                     |
 //! | any other                      | resume           | refused (`run_state_conflict`)                     |
 //! | completed, failed, cancelled   | anything else    | ignored (terminal)                                 |
 
@@ -50,6 +52,10 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
         (status, Input::Pause { .. }) => Verdict::Refused(Refusal::RunState(status)),
         (Paused, Input::Resume { reason }) => tx.resume(reason),
         (status, Input::Resume { .. }) => Verdict::Refused(Refusal::RunState(status)),
+        (Running | Paused | WaitingApproval | WaitingInput | WaitingExternal, Input::SetVariables { variables }) => {
+            tx.set_variables(variables)
+        }
+        (status, Input::SetVariables { .. }) => Verdict::Refused(Refusal::RunState(status)),
         (Pending, Input::Start) => tx.start(),
         (Pending, Input::Cancel { reason }) => tx.cancel_now(reason),
         (Pending, Input::Step { .. } | Input::Wake { .. } | Input::Deadline) => Verdict::Ignored("run has not started"),

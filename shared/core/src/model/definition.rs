@@ -48,6 +48,9 @@ pub struct NodeDef {
     /// Input ports.
     #[serde(default)]
     pub inputs: BTreeMap<String, PortValue>,
+    /// The node's agent (`AgentRef`), if any.
+    #[serde(default)]
+    pub agent: Option<Value>,
 }
 
 /// Where a node input comes from.

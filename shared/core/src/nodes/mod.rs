@@ -8,6 +8,7 @@ mod fail;
 mod gates;
 mod identity;
 mod noop;
+mod orchestration;
 pub mod subworkflow;
 
 use serde_json::{Map, Value};
@@ -49,6 +50,10 @@ pub enum NodeOutcome {
     },
     /// Suspend on an interrupt until it is resolved.
     Suspend(InterruptRequest),
+    /// Record the supervisor's next decision (`core.orchestrator.supervisor`).
+    Decide,
+    /// Act on the latest recorded decision (`core.dispatch`).
+    Dispatch,
 }
 
 /// One node kind.
@@ -74,6 +79,8 @@ static KINDS: &[&dyn NodeKind] = &[
     &gates::ApprovalGate,
     &gates::ClarificationGate,
     &gates::Interrupt,
+    &orchestration::Supervisor,
+    &orchestration::Dispatch,
 ];
 
 /// The kind implementing `type_id`, if this host runs it.
@@ -137,11 +144,20 @@ pub fn find_gap(definition: &WorkflowDefinition) -> Option<CapabilityGap> {
     })
 }
 
-/// The first node whose config its kind refuses, as `(node id, reason)`.
+/// The first node whose config its kind refuses, as `(node id, reason)`; a `core.dispatch`
+/// without a supervisor in the workflow is refused too (RFC 0007 §H1).
 pub fn find_invalid_config(definition: &WorkflowDefinition) -> Option<(String, String)> {
-    definition.nodes.iter().find_map(|node| match kind(&node.type_id)?.check(&node.id, &node.config) {
+    let invalid = definition.nodes.iter().find_map(|node| match kind(&node.type_id)?.check(&node.id, &node.config) {
         Err(ConfigIssue::Invalid(message)) => Some((node.id.clone(), message)),
         _ => None,
+    });
+    let has_supervisor = definition.nodes.iter().any(|node| node.type_id == crate::model::graph::SUPERVISOR_TYPE_ID);
+    invalid.or_else(|| {
+        definition.nodes.iter().find(|node| node.type_id == crate::engine::DISPATCH_TYPE_ID && !has_supervisor).map(
+            |node| {
+                (node.id.clone(), "core.dispatch needs a core.orchestrator.supervisor in the same workflow".to_owned())
+            },
+        )
     })
 }
 

@@ -8,7 +8,6 @@ use super::create::new_run;
 use super::Services;
 use crate::engine::{self, Input, Verdict};
 use crate::error::{ServiceError, StoreError};
-use crate::nodes::subworkflow::SubWorkflowConfig;
 use crate::ports::CreateResult;
 use crate::run::{NodeStatus, ParentLink, RunError, RunStatus};
 
@@ -84,13 +83,7 @@ impl Services {
             }
         }
         let parent_workflow = self.pinned_workflow(&parent).await?;
-        let config = parent_workflow.node(node_id).and_then(|node| SubWorkflowConfig::parse(&node.config).ok());
-        for (child_var, parent_var) in config.map(|c| c.input_mapping).unwrap_or_default() {
-            // An unset parent variable leaves the child's own default (never `null`).
-            if let Some(value) = parent.variables.get(&parent_var) {
-                inputs.insert(child_var, value.clone());
-            }
-        }
+        inputs.extend(crate::engine::child_inputs(&parent_workflow, &parent, node_id));
         let now = self.clock.now();
         let mut child = new_run(
             child_run_id.to_owned(),
@@ -103,6 +96,8 @@ impl Services {
         );
         child.parent = Some(ParentLink { run_id: parent_run_id.to_owned(), node_id: node_id.to_owned(), depth });
         child.scope_id = parent.scope_id.clone();
+        child.disabled_capabilities = parent.disabled_capabilities.clone();
+        child.mocks_allowed |= parent.mocks_allowed;
         let outcome = engine::apply(&workflow, &mut child, Input::Start, now);
         child.version = 1;
         match self.store.create_run(&child, &outcome.events, &outcome.effects, None).await {

@@ -14,7 +14,7 @@ impl Services {
     /// and as committed. With `tenant`, another tenant's run reads as not found; without (a
     /// signed token authorised the caller), the run is addressed directly. One read per
     /// attempt: a lost version race re-reads and re-decides.
-    async fn operate(
+    pub(super) async fn operate(
         &self,
         tenant: Option<&str>,
         run_id: &str,

@@ -74,8 +74,10 @@ impl Services {
         check_configurable(&workflow, request.configurable.as_ref())?;
         let inputs = seed_variables(&workflow, request.inputs)?;
 
+        let disabled = self.capability_overlay().await?.disabled();
         let now = self.clock.now();
         let mut run = new_run(self.ids.run_id(), principal, &workflow, namespace, inputs, limits, now);
+        run.disabled_capabilities = disabled;
         run.configurable = request.configurable;
         run.tags = request.tags;
         run.metadata = request.metadata;
@@ -168,6 +170,10 @@ pub(crate) fn new_run(
         parent: None,
         interrupts: Vec::new(),
         pause: None,
+        orchestrator: None,
+        child_runs: Vec::new(),
+        disabled_capabilities: Vec::new(),
+        mocks_allowed: principal.test_scope || workflow.id().starts_with("conformance-"),
     }
 }
 

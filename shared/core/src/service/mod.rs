@@ -5,6 +5,7 @@ mod children;
 mod control;
 mod create;
 mod idempotency;
+mod seams;
 mod workflows;
 
 use std::collections::HashMap;
@@ -42,6 +43,9 @@ pub struct Services {
     pub notifier: Arc<dyn Notifier>,
     /// Host limits.
     pub limits: HostLimits,
+    /// The test seams are enabled (`OPENWOP_TEST_SEAM_ENABLED`): the capability overlay is
+    /// read and honoured.
+    pub test_seams: bool,
     compiled: Mutex<HashMap<String, Arc<Workflow>>>,
 }
 
@@ -74,7 +78,13 @@ impl Services {
     /// Wires the use cases to their ports.
     pub fn new(ports: Ports, limits: HostLimits) -> Self {
         let Ports { store, effects, clock, ids, notifier } = ports;
-        Self { store, effects, clock, ids, notifier, limits, compiled: Mutex::new(HashMap::new()) }
+        Self { store, effects, clock, ids, notifier, limits, test_seams: false, compiled: Mutex::new(HashMap::new()) }
+    }
+
+    /// The same services with the test seams enabled or not.
+    pub fn with_test_seams(mut self, enabled: bool) -> Self {
+        self.test_seams = enabled;
+        self
     }
 
     /// The run `run_id` if it belongs to `tenant` (another tenant's run reads as not found).

@@ -50,6 +50,7 @@ impl Services {
         tenant: &str,
         document: Value,
     ) -> Result<(Arc<Workflow>, bool), ServiceError> {
+        self.refusal_scan(&document).await?;
         let workflow = Workflow::compile(document)?;
         if let Some(gap) = &workflow.gap {
             return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
