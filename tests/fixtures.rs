@@ -17,7 +17,9 @@ const SCENARIOS: &str = include_str!("../conformance/scenarios.json");
 
 #[tokio::test]
 async fn every_expectation_table_entry_holds_and_is_advertised() {
-    let host = start(serve_args(None)).await;
+    let mut args = serve_args(None);
+    args.test_seams = true;
+    let host = start(args).await;
     let base = format!("http://{}", host.addr);
     let table: Value = serde_json::from_str(bundled::EXPECTATIONS).unwrap();
     let entries = table["fixtures"].as_array().unwrap();
@@ -35,7 +37,9 @@ async fn every_expectation_table_entry_holds_and_is_advertised() {
 
 #[tokio::test]
 async fn every_scripted_scenario_holds() {
-    let host = start(serve_args(None)).await;
+    let mut args = serve_args(None);
+    args.test_seams = true;
+    let host = start(args).await;
     let base = format!("http://{}", host.addr);
     let client = Client::new(&base, KEY);
     let scenarios: Value = serde_json::from_str(SCENARIOS).unwrap();

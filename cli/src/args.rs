@@ -50,4 +50,8 @@ pub struct ServeArgs {
     /// Longest run in milliseconds (the ceiling for `configurable.runTimeoutMs`).
     #[arg(long, env = "TRELLIS_MAX_RUN_DURATION_MS", default_value_t = 86_400_000, value_parser = clap::value_parser!(u64).range(1000..))]
     pub max_run_duration_ms: u64,
+    /// Serve the conformance test seams (`/v1/host/sample/...`) to keys with the `test:seams`
+    /// scope, and honour the capability overlay they set. Off by default; never in production.
+    #[arg(long, env = "OPENWOP_TEST_SEAM_ENABLED")]
+    pub test_seams: bool,
 }

@@ -105,7 +105,7 @@ impl EmbeddedHost {
             ids: Arc::new(UuidRunIds),
             notifier: notifier.clone(),
         };
-        let services = Arc::new(Services::new(ports, limits));
+        let services = Arc::new(Services::new(ports, limits).with_test_seams(args.test_seams));
 
         let fixtures = load_definitions(&services, args).await?;
         let (keys, dev_key) = collect_keys(args, &options)?;
@@ -195,6 +195,12 @@ fn collect_keys(args: &ServeArgs, options: &HostOptions) -> Result<(Vec<ApiKey>,
             dev_key = Some(secret);
         }
         None => {}
+    }
+    if args.test_seams {
+        // With the seams on, the single full-access key of a test host may use them too.
+        for key in keys.iter_mut().filter(|key| key.label == "env:TRELLIS_API_KEY" || key.label == "dev-key") {
+            key.scopes.push(trellis_http::Scope::TestSeams.as_str().to_owned());
+        }
     }
     Ok((keys, dev_key))
 }

@@ -37,6 +37,7 @@ pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
         keys_file: None,
         max_node_executions: 1000,
         max_run_duration_ms: 86_400_000,
+        test_seams: false,
     }
 }
 

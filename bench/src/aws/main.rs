@@ -54,6 +54,7 @@ async fn main() {
         max_receive_count: 5,
         limits: HostLimits::default(),
         retention_days: 30,
+        test_seams: false,
     };
     let app = AwsApp::new(settings, &config);
 

@@ -64,7 +64,7 @@ impl AwsApp {
             ids: Arc::new(UuidRunIds),
             notifier: Arc::new(PollingNotifier),
         };
-        let services = Arc::new(Services::new(ports, settings.limits));
+        let services = Arc::new(Services::new(ports, settings.limits).with_test_seams(settings.test_seams));
         Self { services, store, effects, settings }
     }
 

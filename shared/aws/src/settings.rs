@@ -35,6 +35,9 @@ pub struct Settings {
     pub limits: HostLimits,
     /// `TRELLIS_RETENTION_DAYS` (default 30): how long a run's items are kept.
     pub retention_days: u64,
+    /// `OPENWOP_TEST_SEAM_ENABLED` (`true`/`1`; default off): serve the conformance test seams
+    /// to keys with the `test:seams` scope and honour the capability overlay.
+    pub test_seams: bool,
 }
 
 /// The settings only the API function reads.
@@ -87,6 +90,7 @@ impl Settings {
             completion_queue_url: required(lookup, "TRELLIS_COMPLETION_QUEUE_URL")?,
             max_receive_count,
             retention_days: number(lookup, "TRELLIS_RETENTION_DAYS", 30)?,
+            test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
                 max_run_duration_ms: number(lookup, "TRELLIS_MAX_RUN_DURATION_MS", defaults.max_run_duration_ms)?,

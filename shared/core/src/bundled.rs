@@ -51,6 +51,79 @@ pub const FIXTURES: &[(&str, &str)] = &[
         "conformance-interrupt-parent-child-cancel-child.json",
         include_str!("../../../conformance/fixtures/conformance-interrupt-parent-child-cancel-child.json"),
     ),
+    ("conformance-dispatch-loop.json", include_str!("../../../conformance/fixtures/conformance-dispatch-loop.json")),
+    (
+        "conformance-orchestrator-dispatch.json",
+        include_str!("../../../conformance/fixtures/conformance-orchestrator-dispatch.json"),
+    ),
+    (
+        "conformance-orchestrator-terminate.json",
+        include_str!("../../../conformance/fixtures/conformance-orchestrator-terminate.json"),
+    ),
+    (
+        "conformance-dispatch-input-mapping.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-input-mapping.json"),
+    ),
+    (
+        "conformance-dispatch-input-mapping-child.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-input-mapping-child.json"),
+    ),
+    (
+        "conformance-dispatch-input-mapping-no-default.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-input-mapping-no-default.json"),
+    ),
+    (
+        "conformance-dispatch-output-mapping.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-output-mapping.json"),
+    ),
+    (
+        "conformance-dispatch-output-mapping-child.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-output-mapping-child.json"),
+    ),
+    (
+        "conformance-dispatch-deterministic-fail-child.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-deterministic-fail-child.json"),
+    ),
+    (
+        "conformance-dispatch-cancellable-child.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-cancellable-child.json"),
+    ),
+    (
+        "conformance-dispatch-cross-worker-handoff.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-cross-worker-handoff.json"),
+    ),
+    (
+        "conformance-dispatch-cross-worker-handoff-child-a.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-cross-worker-handoff-child-a.json"),
+    ),
+    (
+        "conformance-dispatch-cross-worker-handoff-child-b.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-cross-worker-handoff-child-b.json"),
+    ),
+    (
+        "conformance-dispatch-per-worker-override.json",
+        include_str!("../../../conformance/fixtures/conformance-dispatch-per-worker-override.json"),
+    ),
+    (
+        "conformance-subworkflow-input-mapping.json",
+        include_str!("../../../conformance/fixtures/conformance-subworkflow-input-mapping.json"),
+    ),
+    (
+        "conformance-subworkflow-input-mapping-child.json",
+        include_str!("../../../conformance/fixtures/conformance-subworkflow-input-mapping-child.json"),
+    ),
+    (
+        "conformance-subworkflow-input-mapping-no-default.json",
+        include_str!("../../../conformance/fixtures/conformance-subworkflow-input-mapping-no-default.json"),
+    ),
+    (
+        "conformance-subworkflow-mid-run-mutation.json",
+        include_str!("../../../conformance/fixtures/conformance-subworkflow-mid-run-mutation.json"),
+    ),
+    (
+        "conformance-subworkflow-mid-run-mutation-child.json",
+        include_str!("../../../conformance/fixtures/conformance-subworkflow-mid-run-mutation-child.json"),
+    ),
 ];
 
 /// The fixture ids the expectation table covers, in table order.

@@ -6,6 +6,7 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use trellis_core::capabilities::{Overlay, Toggle};
 use trellis_core::interrupt::{InterruptKind, APPROVAL_ACTIONS, PROFILES, TOKEN_LIFETIME_MS};
 use trellis_core::limits::HostLimits;
 
@@ -63,6 +64,19 @@ impl Discovery {
             "pauseResume": { "supported": true, "drainPolicies": ["immediate", "drain-current-node"] },
         });
         document["subWorkflow"] = json!({ "inputMapping": true });
+        // Supervisor-driven dispatch (RFC 0006/0007/0022/0126). `agents.orchestrator` (and
+        // `agents.supported`) oblige the low-confidence path, which is not built: not listed.
+        document["agents"] = json!({ "dispatch": true, "dispatchMapping": true });
+        document["orchestrator"] = json!({ "supported": true, "fanOutSupported": false });
+        document["dispatch"] = json!({
+            "supported": true,
+            "models": ["child-run"],
+            "fanOutSupported": false,
+            "fanOutPolicies": ["sequential", "reject"],
+            "onChildFailureModes": ["fail-fast"],
+            "maxFanOut": trellis_core::engine::MAX_FAN_OUT,
+            "perItemInput": true,
+        });
         document["idempotency"] =
             json!({ "supported": true, "layer1RetentionSeconds": 86_400, "crossRegion": "single-region" });
         if !fixtures.is_empty() {
@@ -75,10 +89,30 @@ impl Discovery {
     pub fn document(&self) -> &Value {
         &self.document
     }
+
+    /// The document with the switched-off capabilities of `overlay` set to `false`.
+    pub fn with_overlay(&self, overlay: &Overlay) -> Value {
+        let mut document = self.document.clone();
+        for toggle in Toggle::ALL.into_iter().filter(|toggle| !overlay.enabled(*toggle)) {
+            let (block, field) = toggle.name().split_once('.').expect("toggle names are block.field");
+            document[block][field] = json!(false);
+        }
+        document
+    }
 }
 
-/// `GET /.well-known/openwop`.
+/// `GET /.well-known/openwop`. With the test seams enabled, the capability overlay is
+/// applied and the answer is not cached.
 pub(crate) async fn well_known(State(state): State<AppState>) -> Response {
+    if state.services.test_seams {
+        let overlay = match state.services.capability_overlay().await {
+            Ok(overlay) => overlay,
+            Err(error) => return crate::error::ApiError::from(error).into_response(),
+        };
+        let mut response = Json(state.discovery.with_overlay(&overlay)).into_response();
+        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return response;
+    }
     let mut response = Json(state.discovery.document().clone()).into_response();
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
     response

@@ -24,6 +24,9 @@ pub(crate) fn event_doc(run_id: &str, event: &RunEvent) -> Value {
     if let Some(node_id) = &event.node_id {
         doc["nodeId"] = json!(node_id);
     }
+    if let Some(cause) = event.causation {
+        doc["causationId"] = json!(format!("{run_id}:{cause}"));
+    }
     doc
 }
 
@@ -72,17 +75,30 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
         doc["parentRunId"] = json!(parent.run_id);
         doc["parentNodeId"] = json!(parent.node_id);
     }
-    let children: Vec<Value> = run
-        .nodes
-        .iter()
-        .filter_map(|(node_id, node)| {
-            let child = node.child_run_id.as_ref()?;
-            let status = node.child_status.map_or("pending", |status| status.as_str());
-            Some(json!({ "runId": child, "nodeId": node_id, "status": status }))
-        })
-        .collect();
+    let children: Vec<Value> = if run.child_runs.is_empty() {
+        // Runs recorded before the child-run list kept their children on the nodes.
+        run.nodes
+            .iter()
+            .filter_map(|(node_id, node)| {
+                let child = node.child_run_id.as_ref()?;
+                let status = node.child_status.map_or("pending", |status| status.as_str());
+                Some(json!({ "runId": child, "nodeId": node_id, "status": status }))
+            })
+            .collect()
+    } else {
+        run.child_runs
+            .iter()
+            .map(|child| {
+                json!({ "runId": child.run_id, "nodeId": child.node_id, "workflowId": child.workflow_id,
+                        "status": child.status.as_str() })
+            })
+            .collect()
+    };
     if !children.is_empty() {
         doc["childRuns"] = json!(children);
+    }
+    if let Some(orchestrator) = &run.orchestrator {
+        doc["runOrchestrator"] = json!({ "agentId": orchestrator.agent_id });
     }
     doc
 }

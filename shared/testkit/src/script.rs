@@ -18,7 +18,14 @@
 //!   (a saved token; default: the snapshot's), "expectHttp"? (200), "error"?, "outcome"?}`;
 //! - `{"inspect": true, "token"?, "expectHttp"?, "error"?}` — `GET /v1/interrupts/{token}`;
 //! - `{"cancel": {body}}`, `{"pause": {body}}`, `{"resume": {body}}` with `expectHttp`
-//!   (200 / 202 / 202) and `error`.
+//!   (200 / 202 / 202) and `error`;
+//! - `{"http": {"method", "path", "body"?}, "bearer"? (true), "expectHttp"? (200), "error"?,
+//!   "answer"?}` — any request; `{runId}` in the path is the run (or target child).
+//!
+//! A script with `"create": false` creates no run: only its steps are played. `expect` may
+//! also hold `decidedKinds` (the `runOrchestrator.decided` kinds, in order), `childCount`, and
+//! `children: [{index, workflowId?, status?, inputs?, variables?, absent?: [names]}]` checked
+//! on the run's `childRuns` in order (`absent`: neither in the child's inputs nor variables).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -152,6 +159,12 @@ impl<'a> Runner<'a> {
     /// Creates the script's run, plays its steps and checks its expectations.
     pub async fn run(&mut self, script: &Value) -> Finished {
         let label = script["id"].as_str().expect("script id");
+        if script["create"] == false {
+            for step in script["steps"].as_array().into_iter().flatten() {
+                self.step(label, "", step).await;
+            }
+            return Finished { run_id: String::new(), status: String::new(), event_types: Vec::new() };
+        }
         let run_id = self.create(script).await;
         let expect = &script["expect"];
         if expect["observeRunning"] == true || script["observeRunning"] == true {
@@ -173,6 +186,33 @@ impl<'a> Runner<'a> {
             let child_snapshot = self.await_terminal(&child).await;
             let child_events = self.events(&child).await;
             check(&format!("{label} (child)"), child_expect, &child_snapshot, &child_events);
+        }
+        let children = snapshot["childRuns"].as_array().cloned().unwrap_or_default();
+        if let Some(count) = expect.get("childCount") {
+            assert_eq!(json!(children.len()), *count, "{label}: childRuns {children:?}");
+        }
+        for wanted in expect.get("children").and_then(Value::as_array).into_iter().flatten() {
+            let index = wanted["index"].as_u64().unwrap_or(0) as usize;
+            let child = children.get(index).unwrap_or_else(|| panic!("{label}: no child {index} in {children:?}"));
+            if let Some(workflow) = wanted.get("workflowId") {
+                assert_eq!(&child["workflowId"], workflow, "{label}: child {index}");
+            }
+            let child_id = child["runId"].as_str().expect("child runId").to_owned();
+            let child_snapshot = self.await_terminal(&child_id).await;
+            let context = format!("{label}: child {index} {child_snapshot}");
+            if let Some(status) = wanted.get("status") {
+                assert_eq!(&child_snapshot["status"], status, "{context}");
+            }
+            for field in ["inputs", "variables"] {
+                if let Some(subset) = wanted.get(field) {
+                    assert!(contains(&child_snapshot[field], subset), "{context}: {field}");
+                }
+            }
+            for name in wanted.get("absent").and_then(Value::as_array).into_iter().flatten() {
+                let name = name.as_str().expect("variable name");
+                let present = |field: &str| child_snapshot[field].get(name).is_some();
+                assert!(!present("inputs") && !present("variables"), "{context}: `{name}` must be absent (never null)");
+            }
         }
         Finished {
             run_id,
@@ -226,6 +266,14 @@ impl<'a> Runner<'a> {
             ("POST", format!("/v1/runs/{target}:pause"), Some(body.clone()), true, 202)
         } else if let Some(body) = step.get("resume") {
             ("POST", format!("/v1/runs/{target}:resume"), Some(body.clone()), true, 202)
+        } else if let Some(request) = step.get("http") {
+            let method = match request["method"].as_str().unwrap_or("GET") {
+                "POST" => "POST",
+                "GET" => "GET",
+                other => panic!("{context}: method {other} is not scripted"),
+            };
+            let path = request["path"].as_str().expect("http path").replace("{runId}", &target);
+            (method, path, request.get("body").cloned(), step["bearer"] != false, 200)
         } else {
             panic!("{context}: unknown step");
         };
@@ -271,6 +319,14 @@ fn check(label: &str, expect: &Value, snapshot: &Value, events: &[Value]) {
     }
     if let Some(expected) = expect.get("eventTypes") {
         assert_eq!(json!(types(events)), *expected, "{label}");
+    }
+    if let Some(kinds) = expect.get("decidedKinds") {
+        let decided: Vec<Value> = events
+            .iter()
+            .filter(|e| e["type"] == "runOrchestrator.decided")
+            .map(|e| e["payload"]["decision"]["kind"].clone())
+            .collect();
+        assert_eq!(json!(decided), *kinds, "{label}");
     }
     if let Some(order) = expect.get("completedNodeOrder") {
         let completed: Vec<Value> =

@@ -70,9 +70,10 @@ pub async fn stack() -> Stack {
         max_receive_count: MAX_RECEIVES,
         limits: HostLimits::default(),
         retention_days: 30,
+        test_seams: true,
     };
     let app = AwsApp::new(settings, &config);
-    let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*"]}]);
+    let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*", "test:seams"]}]);
     let api = ApiSettings { api_keys: keys.to_string(), cursor_secret: "s".repeat(32), stream_max_seconds: 30 };
     let router = trellis_http::router(app.api_state(&api).await.expect("api state"));
     Stack { app, router, sqs, queue_url, dlq_url, completion_url: queues.completion, invocations: HashMap::new() }
@@ -282,6 +283,7 @@ pub async fn embedded_host(hold_worker: bool, workflows: &[Value]) -> (trellis::
         keys_file: None,
         max_node_executions: 1000,
         max_run_duration_ms: 86_400_000,
+        test_seams: true,
     };
     let options = trellis::host::HostOptions { api_key: Some(KEY.to_owned()), hold_worker, ..Default::default() };
     let host = trellis::host::EmbeddedHost::start(&args, options).await.expect("embedded host");

@@ -50,6 +50,7 @@ impl Services {
         tenant: &str,
         document: Value,
     ) -> Result<(Arc<Workflow>, bool), ServiceError> {
+        let document = crate::model::normalize_spelling(document);
         self.refusal_scan(&document).await?;
         let workflow = Workflow::compile(document)?;
         if let Some(gap) = &workflow.gap {

@@ -5,6 +5,7 @@ pub(crate) mod events;
 pub(crate) mod interrupts;
 pub(crate) mod list;
 pub(crate) mod runs;
+pub(crate) mod seams;
 pub(crate) mod stream;
 pub(crate) mod workflows;
 
