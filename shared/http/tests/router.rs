@@ -60,6 +60,10 @@ fn key(label: &str, secret: &str, tenant: &str, scopes: &[&str]) -> ApiKey {
 }
 
 async fn harness() -> Harness {
+    harness_with(false).await
+}
+
+async fn harness_with(test_seams: bool) -> Harness {
     let store = Arc::new(SqliteStore::open_in_memory().unwrap());
     let ports = Ports {
         store: store.clone(),
@@ -68,7 +72,7 @@ async fn harness() -> Harness {
         ids: Arc::new(CountingIds::default()),
         notifier: Arc::new(NoWait),
     };
-    let services = Arc::new(Services::new(ports, HostLimits::default()));
+    let services = Arc::new(Services::new(ports, HostLimits::default()).with_test_seams(test_seams));
     let definitions = [
         json!({"id": "chain", "name": "Chain", "version": "1",
                "nodes": [{"id": "a", "typeId": "core.noop"}, {"id": "b", "typeId": "core.noop"}],
@@ -76,9 +80,8 @@ async fn harness() -> Harness {
         json!({"id": "gated", "name": "Gated", "nodes": [{"id": "gate", "typeId": "core.approvalGate"}]}),
         json!({"id": "typed", "name": "Typed", "nodes": [{"id": "a", "typeId": "core.noop"}],
                "variables": [{"name": "count", "type": "number", "required": true}]}),
-        json!({"id": "supervised", "name": "Supervised",
-               "nodes": [{"id": "sup", "typeId": "core.orchestrator.supervisor"}, {"id": "d", "typeId": "core.dispatch"}],
-               "edges": [{"id": "e1", "sourceNodeId": "sup", "targetNodeId": "d"}, {"id": "e2", "sourceNodeId": "d", "targetNodeId": "sup"}]}),
+        json!({"id": "conversational", "name": "Conversational",
+               "nodes": [{"id": "talk", "typeId": "core.conversationGate"}]}),
     ];
     for definition in definitions {
         services.put_workflow(GLOBAL_NAMESPACE, definition).await.unwrap();
@@ -87,6 +90,7 @@ async fn harness() -> Harness {
         key("alice", "alice-key", "tenant-a", &["*"]),
         key("bob", "bob-key", "tenant-b", &["*"]),
         key("reader", "reader-key", "tenant-a", &["runs:read"]),
+        key("tester", "tester-key", "tenant-a", &["test:seams", "runs:read"]),
     ]);
     let discovery = Discovery::new(&HostLimits::default(), &["conformance-noop".to_owned()]);
     let state = AppState {
@@ -180,7 +184,7 @@ async fn every_bad_create_is_an_envelope_and_persists_nothing() {
         ),
         (
             "not runnable",
-            Body::from(json!({"workflowId": "supervised"}).to_string()),
+            Body::from(json!({"workflowId": "conversational"}).to_string()),
             StatusCode::UNPROCESSABLE_ENTITY,
             "capability_required",
         ),
@@ -220,10 +224,10 @@ async fn every_bad_create_is_an_envelope_and_persists_nothing() {
 #[tokio::test]
 async fn not_runnable_details_name_the_capability_type_and_node() {
     let h = harness().await;
-    let (_, envelope) = h.post("/v1/runs", "alice-key", json!({"workflowId": "supervised"})).await;
+    let (_, envelope) = h.post("/v1/runs", "alice-key", json!({"workflowId": "conversational"})).await;
     assert_eq!(
         envelope["details"],
-        json!({"requiredCapability": "orchestrator.supported", "offendingTypeId": "core.orchestrator.supervisor", "nodeId": "sup"})
+        json!({"requiredCapability": "conversationPrimitive", "offendingTypeId": "core.conversationGate", "nodeId": "talk"})
     );
 }
 
@@ -524,5 +528,30 @@ async fn pause_and_resume_refusals_name_the_run_status() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_envelope(&answer, "validation_error");
     let (status, _) = h.post("/v1/runs/run-ghost:pause", "alice-key", json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn test_seams_are_absent_unless_enabled_and_need_the_named_scope() {
+    let toggle = json!({"name": "agents.dispatchMapping", "value": false});
+    let off = harness().await;
+    let (status, answer) = off.post("/v1/host/sample/test/capability-toggle", "tester-key", toggle.clone()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_envelope(&answer, "not_found");
+
+    let on = harness_with(true).await;
+    let (status, answer) = on.post("/v1/host/sample/test/capability-toggle", "alice-key", toggle.clone()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "`*` does not grant test:seams");
+    assert_envelope(&answer, "forbidden");
+    let (status, answer) = on.post("/v1/host/sample/test/capability-toggle", "tester-key", toggle).await;
+    assert_eq!((status, &answer["overlay"]), (StatusCode::OK, &json!({"agents.dispatchMapping": false})));
+    let (_, discovery) = on.call("GET", "/.well-known/openwop", None, None).await;
+    assert_eq!(discovery["agents"]["dispatchMapping"], false);
+    let (status, answer) =
+        on.post("/v1/host/sample/test/capability-toggle", "tester-key", json!({"name": "multiAgent"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_envelope(&answer, "validation_error");
+    let (status, _) =
+        on.post("/v1/host/sample/test/runs/run-ghost/variables", "tester-key", json!({"variables": {}})).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

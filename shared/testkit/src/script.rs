@@ -108,12 +108,14 @@ impl<'a> Runner<'a> {
         body["events"].as_array().cloned().unwrap_or_default()
     }
 
-    /// Waits until the run's snapshot satisfies `done` (5 s at most).
+    /// Waits until the run's snapshot satisfies `done` (5 s at most). A run that does not
+    /// exist yet (a child whose creation is still queued) is waited for too.
     pub async fn await_snapshot(&mut self, run_id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
         let started = Instant::now();
         loop {
-            let snapshot = self.snapshot(run_id).await;
-            if done(&snapshot) {
+            let (status, snapshot) = self.driver.call("GET", &format!("/v1/runs/{run_id}"), None, true).await;
+            assert!(status == 200 || status == 404, "snapshot of {run_id}: {snapshot}");
+            if status == 200 && done(&snapshot) {
                 return snapshot;
             }
             assert!(started.elapsed() < SPEC_DEADLINE, "{run_id}: no {what} within {SPEC_DEADLINE:?}: {snapshot}");
@@ -128,7 +130,14 @@ impl<'a> Runner<'a> {
 
     async fn await_event(&mut self, run_id: &str, event_type: &str) {
         let started = Instant::now();
-        while !types(&self.events(run_id).await).iter().any(|t| t == event_type) {
+        loop {
+            let path = format!("/v1/runs/{run_id}/events/poll?timeout=0");
+            let (status, body) = self.driver.call("GET", &path, None, true).await;
+            assert!(status == 200 || status == 404, "events of {run_id}: {body}");
+            let events = body["events"].as_array().cloned().unwrap_or_default();
+            if types(&events).iter().any(|t| t == event_type) {
+                return;
+            }
             assert!(started.elapsed() < SPEC_DEADLINE, "{run_id}: no {event_type} within {SPEC_DEADLINE:?}");
             self.driver.tick().await;
         }
