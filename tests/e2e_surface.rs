@@ -424,12 +424,12 @@ async fn workflows_register_as_immutable_versions_per_tenant() {
         "edges": [{"id": "1", "sourceNodeId": "a", "targetNodeId": "b"}, {"id": "2", "sourceNodeId": "b", "targetNodeId": "a"}]});
     let (status, body) = client.request("POST", "/v1/workflows", Some(cyclic)).await;
     assert_eq!((status, body["details"]["reason"].as_str()), (400, Some("cycle")));
-    let gated = json!({"id": "gated", "name": "Gated", "nodes": [{"id": "d", "typeId": "core.dispatch"}]});
+    let gated = json!({"id": "gated", "name": "Gated", "nodes": [{"id": "c", "typeId": "core.conversationGate"}]});
     let (status, body) = client.request("POST", "/v1/workflows", Some(gated)).await;
     assert_eq!(status, 422);
     assert_eq!(
         body["details"],
-        json!({"requiredCapability": "dispatch.supported", "offendingTypeId": "core.dispatch", "nodeId": "d"})
+        json!({"requiredCapability": "conversationPrimitive", "offendingTypeId": "core.conversationGate", "nodeId": "c"})
     );
     let (status, _) =
         client.request("POST", "/v1/workflows", Some(json!({"id": "Bad Id", "name": "x", "nodes": []}))).await;
