@@ -111,11 +111,14 @@ pub(crate) async fn run(trellis: &Path, memory: bool, clients: usize, runs: usiz
         let path = workflows.join(format!("{}.json", scenario.id));
         std::fs::write(path, scenario.definition.to_string()).expect("write workflow");
     }
+    std::fs::write(workflows.join("bench-worker.json"), scenarios::worker().to_string()).expect("write workflow");
     let mut command = Command::new(trellis);
     command
         .args(["serve", "--bind", "127.0.0.1:0", "--workflows"])
         .arg(&workflows)
         .env("TRELLIS_API_KEY", KEY)
+        // The dispatch scenario's scripted supervisor plan is honoured for a test-scope key.
+        .env("OPENWOP_TEST_SEAM_ENABLED", "true")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null());

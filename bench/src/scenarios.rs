@@ -57,13 +57,30 @@ fn approval(id: &'static str) -> Scenario {
     }
 }
 
-/// Chains of 10 and 50 `core.noop` nodes, an 8-wide fan-out with a join, and a three-node
-/// run through an approval gate resolved by the client.
+/// A supervisor whose plan dispatches three one-node worker runs, then terminates: seven node
+/// executions (two supervisor ticks, two dispatch steps, three workers) and three child runs.
+fn dispatch(id: &'static str) -> Scenario {
+    let plan = json!([{"kind": "next-worker", "nextWorkerIds": ["bench-worker", "bench-worker", "bench-worker"]}]);
+    let nodes = json!([{"id": "supervisor", "typeId": "core.orchestrator.supervisor", "config": {"mockDispatchPlan": plan}},
+        {"id": "dispatch", "typeId": "core.dispatch", "config": {}}]);
+    let edges = json!([{"id": "e1", "sourceNodeId": "supervisor", "targetNodeId": "dispatch"},
+        {"id": "e2", "sourceNodeId": "dispatch", "targetNodeId": "supervisor"}]);
+    Scenario { id, nodes: 7, definition: json!({"id": id, "name": id, "nodes": nodes, "edges": edges}), resolve: None }
+}
+
+/// The worker the dispatch scenario runs.
+pub(crate) fn worker() -> Value {
+    json!({"id": "bench-worker", "name": "bench-worker", "nodes": [{"id": "work", "typeId": "core.noop"}]})
+}
+
+/// Chains of 10 and 50 `core.noop` nodes, an 8-wide fan-out with a join, a three-node run
+/// through an approval gate resolved by the client, and a supervisor dispatching three workers.
 pub(crate) fn all() -> Vec<Scenario> {
     vec![
         chain("bench-chain-10", 10),
         chain("bench-chain-50", 50),
         fan_out("bench-fan-out-8", 8),
         approval("bench-approval"),
+        dispatch("bench-dispatch-3"),
     ]
 }

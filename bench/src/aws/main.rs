@@ -47,6 +47,7 @@ async fn main() {
     let sqs = aws_sdk_sqs::Client::new(&config);
     let queues = trellis_aws::provision::create_queues(&sqs, &format!("bench-{suffix}"), 5, 30).await.expect("queues");
     let queue_url = queues.step.clone();
+    let completion_url = queues.completion.clone();
     let settings = Settings {
         table_name: table,
         step_queue_url: queues.step,
@@ -100,6 +101,7 @@ async fn main() {
         invocations as f64 / steps,
     );
     approval_figures(&app, &sqs, &queue_url, &principal, args.runs).await;
+    dispatch_figures(&app, &sqs, [&queue_url, &completion_url], args.runs).await;
     for function in ["trellis-api", "trellis-dispatcher", "trellis-completion"] {
         let path = format!("target/lambda/{function}/bootstrap");
         match std::fs::metadata(&path) {
@@ -192,5 +194,87 @@ async fn approval_figures(
         (after.0.write_units - before.0.write_units) as f64 / runs,
         (after.0.read_units - before.0.read_units) as f64 / runs,
         (after.1 - before.1) as f64 / runs,
+    );
+}
+
+/// The cost of one dispatched worker: runs of a supervisor whose plan dispatches three
+/// one-node workers (their notices through the FIFO completion queue), driven to the end.
+async fn dispatch_figures(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queues: [&str; 2], runs: usize) {
+    let worker =
+        json!({"id": "bench-worker", "name": "bench worker", "nodes": [{"id": "work", "typeId": "core.noop"}]});
+    let plan = json!([{"kind": "next-worker", "nextWorkerIds": ["bench-worker", "bench-worker", "bench-worker"]}]);
+    let supervised = json!({"id": "bench-dispatch", "name": "bench dispatch",
+        "nodes": [{"id": "supervisor", "typeId": "core.orchestrator.supervisor", "config": {"mockDispatchPlan": plan}},
+                  {"id": "dispatch", "typeId": "core.dispatch"}],
+        "edges": [{"id": "e1", "sourceNodeId": "supervisor", "targetNodeId": "dispatch"},
+                  {"id": "e2", "sourceNodeId": "dispatch", "targetNodeId": "supervisor"}]});
+    app.services.register_workflow("bench", worker).await.expect("worker");
+    app.services.register_workflow("bench", supervised).await.expect("supervised");
+    // Scripted plans are honoured for a test-scope principal.
+    let principal =
+        Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into(), test_scope: true };
+    let respond = |_: &trellis_core::RunState| (201, json!({}));
+    let before = (app.store.usage(), app.effects.requests());
+    let mut run_ids = Vec::new();
+    for _ in 0..runs {
+        match app.services.create_run(&principal, &json!({"workflowId": "bench-dispatch"}), None, &respond).await {
+            Ok(trellis_core::service::CreateOutcome::Created(run)) => run_ids.push(run.run_id),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let (mut invocations, mut receives, mut deletes) = (0u64, 0u64, 0u64);
+    loop {
+        let mut idle = true;
+        for (queue, fifo) in [(queues[0], false), (queues[1], true)] {
+            let received =
+                sqs.receive_message().queue_url(queue).max_number_of_messages(1).send().await.expect("receive");
+            let Some(message) = received.messages().first() else { continue };
+            receives += 1;
+            idle = false;
+            let mut record = SqsMessage::default();
+            record.message_id = message.message_id().map(str::to_owned);
+            record.body = message.body().map(str::to_owned);
+            record.attributes.insert("ApproximateReceiveCount".into(), "1".into());
+            let mut event = aws_lambda_events::event::sqs::SqsEvent::default();
+            event.records = vec![record];
+            let response = if fifo {
+                trellis_aws::dispatch::handle_fifo_batch(app, event).await
+            } else {
+                trellis_aws::dispatch::handle_batch(app, event).await
+            };
+            assert!(response.batch_item_failures.is_empty(), "benchmark messages must succeed");
+            invocations += 1;
+            sqs.delete_message()
+                .queue_url(queue)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+            deletes += 1;
+        }
+        if idle {
+            let mut done = true;
+            for run_id in &run_ids {
+                done &= app.services.get_run("bench", run_id).await.is_ok_and(|run| run.status.is_terminal());
+            }
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let after = (app.store.usage(), app.effects.requests());
+    for run_id in &run_ids {
+        let run = app.services.get_run("bench", run_id).await.expect("run");
+        assert_eq!(run.status, trellis_core::RunStatus::Completed, "benchmark runs must complete");
+    }
+    let workers = (runs * 3) as f64;
+    println!(
+        "per dispatched worker (supervisor dispatching 3 one-node workers, everything included): {:.2} WRU, {:.2} RRU, {:.2} SQS requests ({:.2} sends; receives counted per message), {:.2} function invocations",
+        (after.0.write_units - before.0.write_units) as f64 / workers,
+        (after.0.read_units - before.0.read_units) as f64 / workers,
+        ((after.1 - before.1) + receives + deletes) as f64 / workers,
+        (after.1 - before.1) as f64 / workers,
+        invocations as f64 / workers,
     );
 }
