@@ -204,3 +204,23 @@ fn registration_refuses_parallel_a_lonely_dispatch_and_bad_plans() {
         "config": {"mockDispatchPlan": [{"kind": "escalate"}]}}]));
     assert!(matches!(bad_plan, Err(crate::DefinitionError::NodeConfig { .. })));
 }
+
+#[test]
+fn a_decision_from_another_agent_fails_the_supervisor() {
+    let wf = Workflow::compile(json!({"id": "conformance-two-agents", "name": "two agents",
+        "nodes": [{"id": "first", "typeId": "core.orchestrator.supervisor",
+                   "config": {"agentId": "agent-one", "mockDispatchPlan": [{"kind": "next-worker", "nextWorkerIds": ["w"]}]}},
+                  {"id": "dispatch", "typeId": "core.dispatch"},
+                  {"id": "second", "typeId": "core.orchestrator.supervisor", "config": {"agentId": "agent-two"}}],
+        "edges": [{"id": "e1", "sourceNodeId": "first", "targetNodeId": "dispatch"},
+                  {"id": "e2", "sourceNodeId": "dispatch", "targetNodeId": "second"}]}))
+    .unwrap();
+    let mut state = started(&wf, json!({}));
+    step(&wf, &mut state, "first");
+    assert_eq!(state.orchestrator.as_ref().unwrap().agent_id, "agent-one");
+    step(&wf, &mut state, "dispatch");
+    finish(&wf, &mut state, RunStatus::Completed, json!({}));
+    let refused = step(&wf, &mut state, "second");
+    assert!(refused.events.iter().all(|e| e.event_type != "runOrchestrator.decided"), "nothing recorded");
+    assert_eq!((state.status, state.error.as_ref().unwrap().code.as_str()), (RunStatus::Failed, "validation_error"));
+}
