@@ -124,6 +124,22 @@ pub const FIXTURES: &[(&str, &str)] = &[
         "conformance-subworkflow-mid-run-mutation-child.json",
         include_str!("../../../conformance/fixtures/conformance-subworkflow-mid-run-mutation-child.json"),
     ),
+    (
+        "conformance-orchestrator-low-confidence.json",
+        include_str!("../../../conformance/fixtures/conformance-orchestrator-low-confidence.json"),
+    ),
+    (
+        "conformance-multi-agent-confidence-escalation.json",
+        include_str!("../../../conformance/fixtures/conformance-multi-agent-confidence-escalation.json"),
+    ),
+    (
+        "conformance-multi-agent-handoff.json",
+        include_str!("../../../conformance/fixtures/conformance-multi-agent-handoff.json"),
+    ),
+    (
+        "conformance-multi-agent-handoff-child.json",
+        include_str!("../../../conformance/fixtures/conformance-multi-agent-handoff-child.json"),
+    ),
 ];
 
 /// The fixture ids the expectation table covers, in table order.

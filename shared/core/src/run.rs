@@ -354,6 +354,9 @@ pub struct RunState {
     /// Capabilities switched off (by the test seam) when the run was created.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disabled_capabilities: Vec<String>,
+    /// The outputs of a completed run (as on `run.completed`).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub outputs: Map<String, Value>,
     /// Scripted supervisor plans are honoured (a conformance workflow, or a test-scope key).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mocks_allowed: bool,

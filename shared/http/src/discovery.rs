@@ -49,7 +49,9 @@ impl Discovery {
             },
             "configurable": {
                 "recursionLimit": { "type": "integer", "minimum": 1, "maximum": limits.max_node_executions },
-                "runTimeoutMs": { "type": "number", "exclusiveMinimum": 0, "maximum": limits.max_run_duration_ms },
+                                "runTimeoutMs": { "type": "number", "exclusiveMinimum": 0, "maximum": limits.max_run_duration_ms },
+                "escalationThreshold": { "type": "number", "minimum": 0, "maximum": 1, "default": 0.7 },
+                "confidenceEscalationFloor": { "type": "number", "minimum": 0.5, "maximum": 1, "default": 0.5 },
             },
         });
         document["debugBundle"] = json!({ "supported": true });
@@ -64,9 +66,10 @@ impl Discovery {
             "pauseResume": { "supported": true, "drainPolicies": ["immediate", "drain-current-node"] },
         });
         document["subWorkflow"] = json!({ "inputMapping": true });
-        // Supervisor-driven dispatch (RFC 0006/0007/0022/0126). `agents.orchestrator` (and
-        // `agents.supported`) oblige the low-confidence path, which is not built: not listed.
-        document["agents"] = json!({ "dispatch": true, "dispatchMapping": true });
+        // Supervisor-driven dispatch (RFC 0006/0007/0022/0126) and its decision paths:
+        // `agents.orchestrator` obliges the CP-1 low-confidence path, which is served.
+        // `agents.supported` (agent identity and `agent.*` events) is not.
+        document["agents"] = json!({ "orchestrator": true, "dispatch": true, "dispatchMapping": true });
         document["orchestrator"] = json!({ "supported": true, "fanOutSupported": false });
         document["dispatch"] = json!({
             "supported": true,

@@ -57,8 +57,12 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
             doc["currentNodeId"] = json!(node);
         }
     }
-    if let Some(error) = &run.error {
+        if let Some(error) = &run.error {
         doc["error"] = json!(error);
+    }
+    if !run.outputs.is_empty() {
+        // As on `run.completed`; a supervisor's terminate is under `outputs.terminate`.
+        doc["outputs"] = json!(run.outputs);
     }
     if !run.tags.is_empty() {
         doc["tags"] = json!(run.tags);

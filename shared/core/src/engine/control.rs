@@ -17,6 +17,7 @@
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use super::orchestration::ratified;
 use super::progress::{is_waiting, Transition};
 use super::{Effect, Verdict};
 use crate::event::types;
@@ -54,6 +55,9 @@ impl Transition<'_> {
             json!({ "nodeId": node_id, "interruptId": record.id, "kind": record.kind.as_str(), "key": record.key });
         if record.kind == InterruptKind::LowConfidence {
             suspended["reason"] = json!("low-confidence");
+            for field in ["agentId", "threshold", "observed"] {
+                suspended[field] = record.data[field].clone();
+            }
         }
         self.emit(types::NODE_SUSPENDED, Some(node_id), suspended);
         self.emit(types::INTERRUPT_REQUESTED, Some(node_id), record.payload());
@@ -102,6 +106,11 @@ impl Transition<'_> {
             return Verdict::Refused(refusal);
         }
         let record = self.state.interrupts[index].clone();
+        if self.is_supervisor(&record.node_id) && record.kind == InterruptKind::LowConfidence {
+            if let Err(refusal) = ratified(&record, &resolution.value) {
+                return Verdict::Refused(refusal);
+            }
+        }
         let judgement = match judge(&record, &resolution.value, &resolution.resolver, self.now) {
             Ok(judgement) => judgement,
             Err(refusal) => return Verdict::Refused(refusal),
@@ -193,6 +202,12 @@ impl Transition<'_> {
         let resumed = json!({ "nodeId": node_id, "interruptId": record.id, "resumeValue": closing.resume_value });
         self.emit(types::NODE_RESUMED, Some(node_id), resumed);
         self.node_mut(node_id).wake_at = None;
+        if self.is_supervisor(node_id) && closing.failure.is_none() && !closing.refine {
+            return self.supervisor_resumed(&record, &closing.resume_value);
+        }
+        if self.is_dispatch(node_id) && record.kind == InterruptKind::Clarification {
+            return self.user_answered(node_id, &closing.resume_value);
+        }
         if closing.refine {
             let request = InterruptRequest {
                 kind: record.kind,

@@ -18,7 +18,10 @@ use crate::interrupt::{Refusal, Resolution};
 use crate::run::{DrainPolicy, NodeStatus, RunState, RunStatus};
 use crate::timefmt::Millis;
 
-pub use orchestration::{child_inputs, DISPATCH_TYPE_ID, MAX_FAN_OUT};
+pub use orchestration::{
+    child_inputs, ASK_USER_QUESTION, ASK_USER_VARIABLE, CONFIDENCE_ESCALATED, CONFIDENCE_FLOOR,
+    DEFAULT_ESCALATION_THRESHOLD, DISPATCH_TYPE_ID, MAX_FAN_OUT,
+};
 pub use progress::PARENT_CANCELLED;
 pub use transitions::apply;
 
@@ -300,6 +303,8 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
 
 #[cfg(test)]
 mod control_tests;
+#[cfg(test)]
+mod decision_paths_tests;
 #[cfg(test)]
 mod orchestration_tests;
 #[cfg(test)]

@@ -15,6 +15,8 @@ use super::progress::Transition;
 use super::Verdict;
 use crate::capabilities::Toggle;
 use crate::event::types;
+use crate::interrupt::request::InterruptRequest;
+use crate::interrupt::{InterruptKind, InterruptRecord, Refusal};
 use crate::model::Workflow;
 use crate::nodes::subworkflow::SubWorkflowConfig;
 use crate::orchestrator::dispatch::{DispatchConfig, FanOut};
@@ -27,11 +29,43 @@ use crate::run::{DispatchProgress, EdgeStatus, NodeStatus, RunError, RunState, R
 pub const DISPATCH_TYPE_ID: &str = "core.dispatch";
 /// Most workers one `next-worker` decision may name (`dispatch.maxFanOut`).
 pub const MAX_FAN_OUT: usize = 64;
+/// CP-1: the agent's confidence below this holds its decision for ratification, unless the
+/// run's `configurable.escalationThreshold` says otherwise.
+pub const DEFAULT_ESCALATION_THRESHOLD: f64 = 0.7;
+/// RFC 0039: the spec's confidence floor; `configurable.confidenceEscalationFloor` may only
+/// raise it.
+pub const CONFIDENCE_FLOOR: f64 = 0.5;
+/// The question id of an `ask-user` clarification.
+pub const ASK_USER_QUESTION: &str = "answer";
+/// The variable an `ask-user` answer lands in.
+pub const ASK_USER_VARIABLE: &str = "userAnswer";
+/// The vendor event of an RFC 0039 escalation (`core.workflowChain.*` belongs to the
+/// multi-agent execution model, which this host does not advertise).
+pub const CONFIDENCE_ESCALATED: &str = "trellis.workflowChain.confidence-escalated";
 
 /// The latest decision, when `node` is a dispatch node acting on it.
 fn acted_on<'a>(state: &'a RunState, workflow: &Workflow, node_id: &str) -> Option<&'a Decided> {
     let is_dispatch = workflow.node(node_id).is_some_and(|node| node.type_id == DISPATCH_TYPE_ID);
     state.orchestrator.as_ref().and_then(|o| o.latest.as_ref()).filter(|_| is_dispatch)
+}
+
+/// The decision a CP-1 resume value ratifies: the decision itself, `{decision}`, or
+/// `{action: "accept"}` for the held decision as proposed.
+pub(super) fn ratified(record: &InterruptRecord, value: &Value) -> Result<Decision, Refusal> {
+    let candidate = if value.get("kind").is_some() {
+        value
+    } else if let Some(decision) = value.get("decision") {
+        decision
+    } else if value.get("action").and_then(Value::as_str) == Some("accept") {
+        &record.data["decision"]
+    } else {
+        return Err(Refusal::invalid(
+            "resume a held decision with the ratified decision, `{decision}`, or `{action: \"accept\"}`",
+            json!({ "expected": "OrchestratorDecision" }),
+        ));
+    };
+    Decision::parse(candidate)
+        .map_err(|problem| Refusal::invalid(problem, json!({ "expected": "OrchestratorDecision" })))
 }
 
 /// The values a new child run of `parent`'s node gets over its own defaults: a
@@ -77,7 +111,10 @@ impl Transition<'_> {
         acted_on(&self.state, self.workflow, node_id).map(|decided| decided.sequence)
     }
 
-    /// A supervisor tick: one decision from its source, recorded, then the node completes.
+    /// A supervisor tick: one decision from its source. Held for ratification when the
+    /// agent's own confidence is below the run's escalation threshold (CP-1); otherwise
+    /// recorded, and escalated for approval when the decision's stated confidence is below
+    /// the floor (RFC 0039); otherwise the node completes and dispatch acts on it.
     pub(super) fn decide(&mut self, node_id: &str) {
         let Some(definition) = self.workflow.node(node_id).cloned() else { return };
         let agent_id = orchestrator::agent_id(&definition.config, definition.agent.as_ref());
@@ -89,29 +126,103 @@ impl Transition<'_> {
             );
             return self.fail_node(node_id, error);
         }
+        if let Some(cap) = definition.config.get("iterationCap").and_then(Value::as_u64) {
+            if u64::from(prior) >= cap {
+                return self.breach_loop_cap(node_id, cap, "orchestrator-iterations");
+            }
+        }
         let context = DecisionContext {
             config: &definition.config,
             prior_decisions: prior,
             mocks_allowed: self.state.mocks_allowed,
+            variables: &self.state.variables,
         };
-        let decision = match ScriptedSource.decide(&context) {
-            Ok(decision) => decision,
+        let proposal = match ScriptedSource.decide(&context) {
+            Ok(proposal) => proposal,
             Err(error) => return self.fail_node(node_id, error),
         };
+        let threshold = self.configured("escalationThreshold").unwrap_or(DEFAULT_ESCALATION_THRESHOLD);
+        if let Some(observed) = proposal.confidence.filter(|c| c.is_finite() && *c < threshold) {
+            let data = json!({ "agentId": agent_id, "threshold": threshold, "observed": observed,
+                               "decision": proposal.decision.to_value() });
+            let request = InterruptRequest {
+                kind: InterruptKind::LowConfidence,
+                data,
+                resume_schema: None,
+                timeout_ms: None,
+                profile: None,
+            };
+            return self.suspend(node_id, request);
+        }
+        let decided = self.record_decision(node_id, &agent_id, proposal.decision.clone());
+        let floor = self.configured("confidenceEscalationFloor").unwrap_or(CONFIDENCE_FLOOR).max(CONFIDENCE_FLOOR);
+        if let Some(confidence) = proposal.decision.confidence().filter(|c| c.is_finite() && *c < floor) {
+            return self.escalate(node_id, decided, &proposal.decision, confidence, floor);
+        }
+        let mut outputs = Map::new();
+        outputs.insert("decision".into(), json!(proposal.decision.kind()));
+        self.complete_node(node_id, outputs, false);
+    }
+
+    /// A number from the run's `configurable`.
+    fn configured(&self, key: &str) -> Option<f64> {
+        self.state.configurable.as_ref().and_then(|c| c.get(key)).and_then(Value::as_f64)
+    }
+
+    /// Appends `runOrchestrator.decided` and makes it the decision dispatch acts on; returns
+    /// its sequence.
+    pub(super) fn record_decision(&mut self, node_id: &str, agent_id: &str, decision: Decision) -> u64 {
+        let prior = self.state.orchestrator.as_ref().map_or(0, |o| o.decisions);
         let sequence = self.state.next_sequence;
         let payload = json!({ "agentId": agent_id, "decision": decision.to_value(), "iteration": prior + 1 });
         self.emit(types::RUN_ORCHESTRATOR_DECIDED, Some(node_id), payload);
-        let kind = decision.kind();
         let dispatched = self.state.orchestrator.as_ref().map_or(0, |o| o.dispatched);
         self.state.orchestrator = Some(OrchestratorState {
-            agent_id,
+            agent_id: agent_id.to_owned(),
             decisions: prior + 1,
             latest: Some(Decided { sequence, node_id: node_id.to_owned(), decision, at: self.now }),
             dispatched,
         });
-        let mut outputs = Map::new();
-        outputs.insert("decision".into(), json!(kind));
-        self.complete_node(node_id, outputs, false);
+        sequence
+    }
+
+    /// RFC 0039: a recorded decision below the confidence floor is not executed silently —
+    /// `trellis.workflowChain.confidence-escalated` (caused by the decision), then an approval
+    /// interrupt on the supervisor; nothing is dispatched until it is accepted.
+    fn escalate(&mut self, node_id: &str, decided: u64, decision: &Decision, confidence: f64, floor: f64) {
+        let mut payload = json!({
+            "confidence": confidence,
+            "floor": floor,
+            "escalationKind": "escalate",
+            "parentRunId": self.state.run_id,
+            "originalDecision": decision.to_value(),
+        });
+        if let Decision::NextWorker { next_worker_ids, .. } = decision {
+            payload["workerId"] = json!(next_worker_ids[0]);
+        }
+        self.emit_caused(CONFIDENCE_ESCALATED, Some(node_id), payload, decided);
+        let gate = json!({
+            "title": "Confirm a low-confidence supervisor decision",
+            "description": format!("The supervisor's decision states confidence {confidence}, below the floor {floor}."),
+            "artifactId": format!("{}:{decided}", self.state.run_id),
+            "artifactType": "orchestrator-decision",
+            "artifactData": decision.to_value(),
+            "actions": ["accept", "reject"],
+        });
+        match crate::interrupt::request::approval_gate(node_id, gate.as_object().expect("object")) {
+            Ok(request) => self.suspend(node_id, request),
+            Err(_) => self.fail_node(node_id, RunError::new("internal_error", "escalation gate")),
+        }
+    }
+
+    /// `cap.breached` (`loop-iterations`, the RFC's own kind in `details.intent`), then the
+    /// run fails with `loop_limit_exceeded`.
+    fn breach_loop_cap(&mut self, node_id: &str, cap: u64, intent: &str) {
+        let payload = json!({ "kind": "loop-iterations", "limit": cap, "observed": cap + 1, "nodeId": node_id,
+                              "details": { "intent": intent } });
+        self.emit(types::CAP_BREACHED, Some(node_id), payload);
+        let error = RunError::new("loop_limit_exceeded", format!("the {intent} cap of {cap} was reached"));
+        self.fail_node(node_id, error);
     }
 
     /// A dispatch step: acts on the latest recorded decision.
@@ -126,19 +237,35 @@ impl Transition<'_> {
             return self.fail_node(node_id, error);
         };
         match decided.decision {
-            Decision::Terminate { reason, .. } => {
+            Decision::Terminate { reason, success_criteria, .. } => {
+                // A terminate with any unmet criterion is a clean end, but a give-up, never
+                // reported as goal satisfied.
+                let goal_satisfied = success_criteria.iter().flatten().all(|criterion| criterion.met);
+                let mut terminate = json!({ "goalSatisfied": goal_satisfied });
+                if let Some(reason) = &reason {
+                    terminate["reason"] = json!(reason);
+                }
+                if let Some(criteria) = &success_criteria {
+                    terminate["successCriteria"] = json!(criteria);
+                }
                 let mut outputs = Map::new();
                 outputs.insert("decision".into(), json!("terminate"));
                 if let Some(reason) = reason {
                     outputs.insert("reason".into(), json!(reason));
                 }
+                outputs.insert("terminate".into(), terminate);
                 self.complete_node(node_id, outputs, false);
             }
-            Decision::AskUser { .. } => {
-                let error =
-                    RunError::new("unsupported_decision_kind", "ask-user decisions are not served by this host");
-                self.fail_node(node_id, error);
+            Decision::AskUser { prompt } => {
+                // A clarification with one question carrying the prompt; the answer lands in
+                // the run's `userAnswer` variable and the loop goes back to the supervisor.
+                let config = json!({ "questions": [{ "id": ASK_USER_QUESTION, "question": prompt }] });
+                match crate::interrupt::request::clarification_gate(config.as_object().expect("object")) {
+                    Ok(request) => self.suspend(node_id, request),
+                    Err(_) => self.fail_node(node_id, RunError::new("validation_error", "ask-user needs a prompt")),
+                }
             }
+
             Decision::NextWorker { next_worker_ids, next_worker_inputs, .. } => {
                 let items = next_worker_inputs.as_ref().filter(|items| !items.is_empty());
                 let refusal = if items.is_some() && self.disabled(Toggle::PerItemInput) {
@@ -177,12 +304,7 @@ impl Transition<'_> {
     fn spawn_worker(&mut self, node_id: &str, config: &DispatchConfig, workflow_id: &str, index: usize) {
         let orchestrator = self.state.orchestrator.as_mut().expect("dispatch acts on a recorded decision");
         if let Some(cap) = config.iteration_cap.filter(|cap| u64::from(orchestrator.dispatched) >= *cap) {
-            let payload =
-                json!({ "kind": "dispatch-iterations", "limit": cap, "observed": cap + 1, "nodeId": node_id });
-            self.emit(types::CAP_BREACHED, Some(node_id), payload);
-            let error =
-                RunError::new("dispatch_iterations_exceeded", format!("the run dispatched its cap of {cap} workers"));
-            return self.fail_node(node_id, error);
+            return self.breach_loop_cap(node_id, cap, "dispatch-iterations");
         }
         orchestrator.dispatched += 1;
         self.spawn_child(node_id, workflow_id.to_owned(), Some(index));
@@ -270,6 +392,45 @@ impl Transition<'_> {
             let target_id = self.workflow.definition.nodes[target].id.clone();
             self.schedule(&target_id);
         }
+    }
+
+    /// Whether `node_id` is a supervisor.
+    pub(super) fn is_supervisor(&self, node_id: &str) -> bool {
+        self.workflow.node(node_id).is_some_and(|node| node.type_id == crate::model::graph::SUPERVISOR_TYPE_ID)
+    }
+
+    /// Whether `node_id` is a dispatch node.
+    pub(super) fn is_dispatch(&self, node_id: &str) -> bool {
+        self.workflow.node(node_id).is_some_and(|node| node.type_id == DISPATCH_TYPE_ID)
+    }
+
+    /// A supervisor's interrupt resolved: a held (CP-1) decision is recorded as ratified —
+    /// exactly one `runOrchestrator.decided` — and an escalated (RFC 0039) one, already
+    /// recorded, is released; either way the node completes and dispatch acts on it.
+    pub(super) fn supervisor_resumed(&mut self, record: &InterruptRecord, value: &Value) {
+        let node_id = record.node_id.as_str();
+        if record.kind == InterruptKind::LowConfidence {
+            let Ok(decision) = ratified(record, value) else {
+                return self.fail_node(node_id, RunError::new("validation_error", "the ratified decision is invalid"));
+            };
+            let agent_id = record.data["agentId"].as_str().unwrap_or("trellis.supervisor").to_owned();
+            self.record_decision(node_id, &agent_id, decision);
+        }
+        let kind = self.state.orchestrator.as_ref().and_then(|o| o.latest.as_ref()).map(|d| d.decision.kind());
+        let mut outputs = Map::new();
+        outputs.insert("decision".into(), json!(kind));
+        self.complete_node(node_id, outputs, false);
+    }
+
+    /// An `ask-user` clarification answered: the answer goes to the run's `userAnswer`
+    /// variable, the dispatch node completes and the loop returns to the supervisor.
+    pub(super) fn user_answered(&mut self, node_id: &str, value: &Value) {
+        let answer = value["answers"][ASK_USER_QUESTION].clone();
+        self.state.variables.insert(ASK_USER_VARIABLE.into(), answer.clone());
+        let mut outputs = Map::new();
+        outputs.insert("decision".into(), json!("ask-user"));
+        outputs.insert("answer".into(), answer);
+        self.complete_node(node_id, outputs, false);
     }
 
     /// Sets run variables from outside the run (the test seam): one `variable.changed` each.

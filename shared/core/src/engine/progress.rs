@@ -66,6 +66,15 @@ impl<'a> Transition<'a> {
 
     pub(super) fn emit(&mut self, event_type: &str, node_id: Option<&str>, payload: Value) {
         let causation = node_id.and_then(|node_id| self.causation_of(node_id));
+        self.push_event(event_type, node_id, payload, causation);
+    }
+
+    /// Emits an event caused by the event at sequence `cause`.
+    pub(super) fn emit_caused(&mut self, event_type: &str, node_id: Option<&str>, payload: Value, cause: u64) {
+        self.push_event(event_type, node_id, payload, Some(cause));
+    }
+
+    fn push_event(&mut self, event_type: &str, node_id: Option<&str>, payload: Value, causation: Option<u64>) {
         self.events.push(RunEvent {
             sequence: self.state.next_sequence,
             event_type: event_type.to_owned(),
@@ -453,6 +462,7 @@ impl<'a> Transition<'a> {
         }
         self.state.status = RunStatus::Completed;
         self.state.ended_at = Some(self.now);
+        self.state.outputs = outputs.clone();
         let payload = json!({ "outputs": outputs, "durationMs": self.elapsed_since_start() });
         self.emit(types::RUN_COMPLETED, None, payload);
         self.notify_parent();

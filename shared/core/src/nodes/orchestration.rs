@@ -21,9 +21,15 @@ impl NodeKind for Supervisor {
     }
 
     fn check(&self, _node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue> {
-        // The conservative (low-confidence) path is not served: it needs `agents.orchestrator`.
-        if config.contains_key("mockConfidence") || config.contains_key("mockPendingDecision") {
-            return Err(ConfigIssue::Capability("agents.orchestrator"));
+        if let Some(pending) = config.get("mockPendingDecision") {
+            Decision::parse(pending)
+                .map_err(|problem| ConfigIssue::Invalid(format!("mockPendingDecision: {problem}")))?;
+        }
+        if config.get("mockConfidence").is_some_and(|c| !c.as_f64().is_some_and(|c| (0.0..=1.0).contains(&c))) {
+            return Err(ConfigIssue::Invalid("`mockConfidence` must be a number between 0 and 1".into()));
+        }
+        if config.get("iterationCap").is_some_and(|cap| !cap.as_u64().is_some_and(|cap| cap >= 1)) {
+            return Err(ConfigIssue::Invalid("`iterationCap` must be an integer ≥ 1".into()));
         }
         if let Some(agent) = config.get("agentId") {
             if !agent.as_str().is_some_and(|id| (3..=256).contains(&id.len())) {

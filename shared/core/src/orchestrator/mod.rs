@@ -104,6 +104,14 @@ impl Decision {
         }
     }
 
+    /// The decision's stated confidence (RFC 0039), if any.
+    pub fn confidence(&self) -> Option<f64> {
+        match self {
+            Self::NextWorker { confidence, .. } | Self::Terminate { confidence, .. } => *confidence,
+            Self::AskUser { .. } => None,
+        }
+    }
+
     /// The decision as JSON.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or_else(|_| json!({ "kind": self.kind() }))
@@ -150,18 +158,32 @@ pub struct DecisionContext<'a> {
     /// Whether scripted (mock) plans may be honoured: a conformance workflow, or a run
     /// created with a test-scope key.
     pub mocks_allowed: bool,
+    /// The run's variables (answers to `ask-user` land in `userAnswer`).
+    pub variables: &'a Map<String, Value>,
+}
+
+/// A source's next decision and its own confidence in it (the CP-1 signal, distinct from the
+/// decision's stated `confidence`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposal {
+    /// The decision.
+    pub decision: Decision,
+    /// The agent's confidence, 0..1; `None` means no signal.
+    pub confidence: Option<f64>,
 }
 
 /// Where a supervisor's decisions come from.
 pub trait DecisionSource {
     /// The next decision, or why there is none (the node fails with it).
-    fn decide(&self, context: &DecisionContext<'_>) -> Result<Decision, crate::run::RunError>;
+    fn decide(&self, context: &DecisionContext<'_>) -> Result<Proposal, crate::run::RunError>;
 }
 
 /// The scripted source: `config.mockDispatchPlan` (alias `mockDecisions`), decision k being
 /// `plan[k]` and `terminate` (`mockPlan-exhausted`) once it runs out; without a plan, the
 /// conformance default: `next-worker ["conformance-noop"]` first, then `terminate`
-/// (`goal-reached`). Honoured only when mocks are allowed; this host has no model-backed source.
+/// (`goal-reached`). `mockPendingDecision` replaces the first decision and `mockConfidence`
+/// is the agent's confidence in it (the CP-1 signal). Honoured only when mocks are allowed;
+/// this host has no model-backed source.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ScriptedSource;
 
@@ -171,7 +193,7 @@ pub fn plan_of(config: &Map<String, Value>) -> Option<&Value> {
 }
 
 impl DecisionSource for ScriptedSource {
-    fn decide(&self, context: &DecisionContext<'_>) -> Result<Decision, crate::run::RunError> {
+    fn decide(&self, context: &DecisionContext<'_>) -> Result<Proposal, crate::run::RunError> {
         if !context.mocks_allowed {
             return Err(crate::run::RunError::new(
                 "decision_source_unavailable",
@@ -179,28 +201,32 @@ impl DecisionSource for ScriptedSource {
                  workflows or for runs created with a test-scope key",
             ));
         }
+        let invalid = |message| crate::run::RunError::new("validation_error", message);
         let index = context.prior_decisions as usize;
-        let Some(plan) = plan_of(context.config) else {
-            return Ok(if index == 0 {
-                Decision::NextWorker {
-                    next_worker_ids: vec!["conformance-noop".into()],
-                    next_worker_inputs: None,
-                    confidence: None,
-                }
-            } else {
-                Decision::Terminate { reason: Some("goal-reached".into()), confidence: None, success_criteria: None }
-            });
-        };
-        match plan.as_array().and_then(|plan| plan.get(index)) {
-            Some(entry) => {
-                Decision::parse(entry).map_err(|message| crate::run::RunError::new("validation_error", message))
-            }
-            None => Ok(Decision::Terminate {
-                reason: Some("mockPlan-exhausted".into()),
-                confidence: None,
-                success_criteria: None,
-            }),
+        if let (0, Some(pending)) = (index, context.config.get("mockPendingDecision")) {
+            let decision = Decision::parse(pending).map_err(invalid)?;
+            let confidence = context.config.get("mockConfidence").and_then(Value::as_f64);
+            return Ok(Proposal { decision, confidence });
         }
+        let decision = match plan_of(context.config) {
+            None if index == 0 => Decision::NextWorker {
+                next_worker_ids: vec!["conformance-noop".into()],
+                next_worker_inputs: None,
+                confidence: None,
+            },
+            None => {
+                Decision::Terminate { reason: Some("goal-reached".into()), confidence: None, success_criteria: None }
+            }
+            Some(plan) => match plan.as_array().and_then(|plan| plan.get(index)) {
+                Some(entry) => Decision::parse(entry).map_err(invalid)?,
+                None => Decision::Terminate {
+                    reason: Some("mockPlan-exhausted".into()),
+                    confidence: None,
+                    success_criteria: None,
+                },
+            },
+        };
+        Ok(Proposal { decision, confidence: None })
     }
 }
 
@@ -247,20 +273,34 @@ mod tests {
     fn the_scripted_source_follows_its_plan_then_terminates() {
         let config = json!({"mockDispatchPlan": [{"kind": "next-worker", "nextWorkerIds": ["w"]}]});
         let config = config.as_object().unwrap();
-        let decide =
-            |prior| ScriptedSource.decide(&DecisionContext { config, prior_decisions: prior, mocks_allowed: true });
+        let variables = Map::new();
+        let context = |config, prior, mocks_allowed| DecisionContext {
+            config,
+            prior_decisions: prior,
+            mocks_allowed,
+            variables: &variables,
+        };
+        let decide = |prior| ScriptedSource.decide(&context(config, prior, true)).map(|p| p.decision);
         assert_eq!(decide(0).unwrap().kind(), "next-worker");
         assert_eq!(decide(1).unwrap().to_value(), json!({"kind": "terminate", "reason": "mockPlan-exhausted"}));
         let empty = Map::new();
-        let default = |prior| {
-            ScriptedSource.decide(&DecisionContext { config: &empty, prior_decisions: prior, mocks_allowed: true })
-        };
+        let default = |prior| ScriptedSource.decide(&context(&empty, prior, true)).map(|p| p.decision);
         assert_eq!(
             default(0).unwrap().to_value(),
             json!({"kind": "next-worker", "nextWorkerIds": ["conformance-noop"]})
         );
         assert_eq!(default(3).unwrap().to_value(), json!({"kind": "terminate", "reason": "goal-reached"}));
-        let refused = ScriptedSource.decide(&DecisionContext { config, prior_decisions: 0, mocks_allowed: false });
+        let pending =
+            json!({"mockConfidence": 0.5, "mockPendingDecision": {"kind": "next-worker", "nextWorkerIds": ["w"]}});
+        let first = ScriptedSource.decide(&context(pending.as_object().unwrap(), 0, true)).unwrap();
+        assert_eq!((first.decision.kind(), first.confidence), ("next-worker", Some(0.5)));
+        let later = ScriptedSource.decide(&context(pending.as_object().unwrap(), 1, true)).unwrap();
+        assert_eq!(
+            (later.decision.kind(), later.confidence),
+            ("terminate", None),
+            "then the default plan's later ticks"
+        );
+        let refused = ScriptedSource.decide(&context(config, 0, false));
         assert_eq!(refused.unwrap_err().code, "decision_source_unavailable");
     }
 }

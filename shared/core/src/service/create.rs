@@ -72,6 +72,7 @@ impl Services {
         }
         let limits = self.run_limits(request.configurable.as_ref())?;
         check_configurable(&workflow, request.configurable.as_ref())?;
+        check_escalation(request.configurable.as_ref())?;
         let inputs = seed_variables(&workflow, request.inputs)?;
 
         let disabled = self.capability_overlay().await?.disabled();
@@ -173,6 +174,7 @@ pub(crate) fn new_run(
         orchestrator: None,
         child_runs: Vec::new(),
         disabled_capabilities: Vec::new(),
+        outputs: Map::new(),
         mocks_allowed: principal.test_scope || workflow.id().starts_with("conformance-"),
     }
 }
@@ -225,6 +227,21 @@ fn check_configurable(workflow: &Workflow, configurable: Option<&Value>) -> Resu
             json!({ "violations": violations }),
         ))
     }
+}
+
+/// The supervisor thresholds a run may set: `escalationThreshold` (CP-1, 0..1, default 0.7)
+/// and `confidenceEscalationFloor` (RFC 0039, 0.5..1; the spec floor 0.5 cannot be lowered).
+fn check_escalation(configurable: Option<&Value>) -> Result<(), ServiceError> {
+    for (key, low) in [("escalationThreshold", 0.0), ("confidenceEscalationFloor", crate::engine::CONFIDENCE_FLOOR)] {
+        let Some(value) = configurable.and_then(|c| c.get(key)) else { continue };
+        if !value.as_f64().is_some_and(|v| v.is_finite() && (low..=1.0).contains(&v)) {
+            return Err(ServiceError::validation(
+                format!("configurable.{key} must be a number between {low} and 1"),
+                json!({ "field": format!("configurable.{key}"), "minimum": low, "maximum": 1 }),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Folds variable defaults, then the caller's inputs (the caller wins); checks declared
