@@ -28,7 +28,7 @@ impl NodeKind for Supervisor {
         if config.get("mockConfidence").is_some_and(|c| !c.as_f64().is_some_and(|c| (0.0..=1.0).contains(&c))) {
             return Err(ConfigIssue::Invalid("`mockConfidence` must be a number between 0 and 1".into()));
         }
-        if config.get("iterationCap").is_some_and(|cap| !cap.as_u64().is_some_and(|cap| cap >= 1)) {
+        if config.get("iterationCap").is_some_and(|cap| cap.as_u64().is_none_or(|cap| cap < 1)) {
             return Err(ConfigIssue::Invalid("`iterationCap` must be an integer ≥ 1".into()));
         }
         if let Some(agent) = config.get("agentId") {
