@@ -57,7 +57,7 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
             doc["currentNodeId"] = json!(node);
         }
     }
-        if let Some(error) = &run.error {
+    if let Some(error) = &run.error {
         doc["error"] = json!(error);
     }
     if !run.outputs.is_empty() {

@@ -121,7 +121,8 @@ fn ask_user_waits_for_input_and_the_next_tick_sees_the_answer() {
     resolve(&wf, &mut state, "dispatch", json!({"answers": {"answer": "eu-west"}}));
     assert_eq!(state.variables["userAnswer"], "eu-west");
     let next = step(&wf, &mut state, "sup");
-    assert_eq!(next.events[1].payload["iteration"], 2);
+    assert_eq!(next.events[1].event_type, "runOrchestrator.decided");
+    assert_eq!(state.orchestrator.as_ref().unwrap().decisions, 2, "the next tick decided");
     step(&wf, &mut state, "dispatch");
     assert_eq!(state.status, RunStatus::Completed);
 }

@@ -174,7 +174,9 @@ impl Transition<'_> {
     pub(super) fn record_decision(&mut self, node_id: &str, agent_id: &str, decision: Decision) -> u64 {
         let prior = self.state.orchestrator.as_ref().map_or(0, |o| o.decisions);
         let sequence = self.state.next_sequence;
-        let payload = json!({ "agentId": agent_id, "decision": decision.to_value(), "iteration": prior + 1 });
+        // `iteration` belongs to the execution model's version 5, which is not advertised: the
+        // payload is exactly `{agentId, decision}`.
+        let payload = json!({ "agentId": agent_id, "decision": decision.to_value() });
         self.emit(types::RUN_ORCHESTRATOR_DECIDED, Some(node_id), payload);
         let dispatched = self.state.orchestrator.as_ref().map_or(0, |o| o.dispatched);
         self.state.orchestrator = Some(OrchestratorState {

@@ -58,7 +58,7 @@ fn the_default_plan_dispatches_one_worker_then_terminates_and_dispatch_events_po
     let decided = first.events.iter().find(|e| e.event_type == "runOrchestrator.decided").unwrap();
     assert_eq!(
         decided.payload,
-        json!({"agentId": "trellis.supervisor", "iteration": 1,
+        json!({"agentId": "trellis.supervisor",
         "decision": {"kind": "next-worker", "nextWorkerIds": ["conformance-noop"]}})
     );
     let dispatched = step(&wf, &mut state, "dispatch");
