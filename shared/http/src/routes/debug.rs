@@ -1,5 +1,5 @@
 //! `GET /v1/runs/{runId}/debug-bundle`: a portable diagnostic export of one run — its
-//! snapshot with inputs and variables omitted, its events without payloads, and counts.
+//! snapshot with inputs, variables and outputs omitted, its events without payloads, and counts.
 //! Served with `Cache-Control: no-store`.
 
 use axum::extract::{Path, State};
@@ -30,6 +30,11 @@ pub(crate) async fn bundle(
     let mut run_doc = snapshot(&run);
     run_doc["inputs"] = json!({});
     run_doc["variables"] = json!({});
+    // Run outputs and a pending interrupt's data carry payloads too.
+    if let Some(fields) = run_doc.as_object_mut() {
+        fields.remove("outputs");
+        fields.remove("interrupt");
+    }
     if let Some(error) = run_doc.get_mut("error").and_then(Value::as_object_mut) {
         error.remove("details");
     }
