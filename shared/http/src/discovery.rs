@@ -2,7 +2,7 @@
 //! host implements and enforces.
 
 use axum::extract::State;
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -14,6 +14,11 @@ use crate::AppState;
 
 /// The OpenAPI 3.1 document of the routes served (`schemas/openapi.json`).
 pub const OPENAPI: &str = include_str!("../../../schemas/openapi.json");
+
+/// The families projected as v2 capability records, with their witness class: what a client
+/// can observe without help (`witnessable-unaided`) or only through the test seams.
+const V2_RECORDS: [(&str, &str); 3] =
+    [("agents", "witnessable-unaided"), ("subWorkflow", "seam-gated"), ("idempotency", "witnessable-unaided")];
 
 /// The envelope kinds listed: the four universal kinds of RFC 0094 §F.
 const UNIVERSAL_ENVELOPES: [&str; 4] = ["clarification.request", "schema.request", "schema.response", "error"];
@@ -28,8 +33,9 @@ impl Discovery {
     /// Builds the document for `limits` and the runnable, advertised fixture ids.
     pub fn new(limits: &HostLimits, fixtures: &[String]) -> Self {
         let mut document = json!({
-            "protocolVersion": "1.0",
-            "protocolVersions": ["1.0"],
+                        "protocolVersion": "1.0",
+            "protocolVersions": crate::v2::PROTOCOL_VERSIONS,
+            "preferredVersion": crate::v2::PREFERRED_VERSION,
             "implementation": { "name": "trellis", "version": env!("CARGO_PKG_VERSION"), "vendor": "trellis" },
             "engineVersion": 1,
             "eventLogSchemaVersion": 2,
@@ -93,6 +99,24 @@ impl Discovery {
         &self.document
     }
 
+    /// The v2 projection: the capability families this host serves become capability
+    /// records (`status`, `since`, `witness`), and `protocolVersion` names v2.
+    pub fn v2(document: &Value) -> Value {
+        let mut document = document.clone();
+        document["protocolVersion"] = json!("2.0");
+        for (family, witness) in V2_RECORDS {
+            if let Some(record) = document.get_mut(family).and_then(Value::as_object_mut) {
+                record.insert("status".into(), json!("stable"));
+                record.insert("since".into(), json!(env!("CARGO_PKG_VERSION")));
+                record.insert("witness".into(), json!(witness));
+            }
+        }
+        if !document.get("runList").is_some_and(Value::is_object) {
+            document["runList"] = json!({ "supported": true, "status": "stable", "since": env!("CARGO_PKG_VERSION"), "witness": "witnessable-unaided" });
+        }
+        document
+    }
+
     /// The document with the switched-off capabilities of `overlay` set to `false`.
     pub fn with_overlay(&self, overlay: &Overlay) -> Value {
         let mut document = self.document.clone();
@@ -104,20 +128,31 @@ impl Discovery {
     }
 }
 
-/// `GET /.well-known/openwop`. With the test seams enabled, the capability overlay is
-/// applied and the answer is not cached.
-pub(crate) async fn well_known(State(state): State<AppState>) -> Response {
-    if state.services.test_seams {
-        let overlay = match state.services.capability_overlay().await {
-            Ok(overlay) => overlay,
+/// `GET /.well-known/openwop`. `OpenWOP-Version: 2` gets the v2 projection, no header or
+/// major 1 the v1 document, any other major `406`. With the test seams enabled, the
+/// capability overlay is applied and the answer is not cached.
+pub(crate) async fn well_known(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let v2 = match crate::v2::requested_major(&headers) {
+        None | Some(Ok(1)) => false,
+        Some(Ok(2)) => true,
+        Some(_) => return crate::v2::unsupported_version().into_response(),
+    };
+    let (document, cache) = if state.services.test_seams {
+        match state.services.capability_overlay().await {
+            Ok(overlay) => (state.discovery.with_overlay(&overlay), "no-store"),
             Err(error) => return crate::error::ApiError::from(error).into_response(),
-        };
-        let mut response = Json(state.discovery.with_overlay(&overlay)).into_response();
-        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return response;
+        }
+    } else {
+        (state.discovery.document().clone(), "public, max-age=300")
+    };
+    let document = if v2 { Discovery::v2(&document) } else { document };
+    let mut response = Json(document).into_response();
+    let response_headers = response.headers_mut();
+    response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    response_headers.insert(header::VARY, HeaderValue::from_static("OpenWOP-Version"));
+    if v2 {
+        response_headers.insert(crate::v2::VERSION_HEADER, HeaderValue::from_static("2.0"));
     }
-    let mut response = Json(state.discovery.document().clone()).into_response();
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
     response
 }
 

@@ -14,6 +14,7 @@ pub mod error;
 pub mod idempotency;
 mod render;
 mod routes;
+pub mod v2;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,6 +79,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/host/sample/test/capability-toggle", post(routes::seams::capability_toggle))
         .route("/v1/host/sample/test/runs/{run_id}/variables", post(routes::seams::set_variables))
         .route("/v1/workflows/{workflow_id}", get(routes::workflows::get_workflow))
+        .merge(v2::routes())
         .fallback(routes::fallback)
         .layer(axum::middleware::from_fn_with_state(state.clone(), idempotency::layer))
         .layer(DefaultBodyLimit::max(body_limit))

@@ -5,8 +5,94 @@ use trellis_core::engine::ENGINE_VERSION;
 use trellis_core::timefmt::rfc3339;
 use trellis_core::{RunEvent, RunState};
 
-/// `eventLogSchemaVersion` of every run.
+/// `eventLogSchemaVersion` of every run on the v1 wire.
 pub(crate) const EVENT_LOG_SCHEMA_VERSION: u32 = 2;
+/// `eventLogSchemaVersion` on the v2 wire (its event documents carry `schemaVersion` and an
+/// integer `engineVersion`).
+pub(crate) const V2_EVENT_LOG_SCHEMA_VERSION: u32 = 3;
+
+/// The protocol a document is rendered for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// `/v1/...`.
+    V1,
+    /// Unversioned paths: tenant-bound run ids, v2 field names.
+    V2,
+}
+
+/// A run id as the wire shows it: opaque on v1, `tenant/opaque` on v2.
+pub(crate) fn wire_run_id(wire: Wire, tenant: &str, run_id: &str) -> String {
+    match wire {
+        Wire::V1 => run_id.to_owned(),
+        Wire::V2 => format!("{tenant}/{run_id}"),
+    }
+}
+
+/// A tenant-bound id projected into one path segment: every byte outside `[A-Za-z0-9._-]`
+/// becomes `~XX` (`acme/r-1` → `acme~2Fr-1`).
+pub(crate) fn project_id(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("~{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The event document for `wire`.
+pub(crate) fn event_doc_for(wire: Wire, tenant: &str, run_id: &str, event: &RunEvent) -> Value {
+    match wire {
+        Wire::V1 => event_doc(run_id, event),
+        Wire::V2 => {
+            let mut doc = event_doc(&wire_run_id(wire, tenant, run_id), event);
+            doc["engineVersion"] = json!(ENGINE_VERSION_NUMBER);
+            doc
+        }
+    }
+}
+
+/// The engine version as the v2 wire's integer.
+const ENGINE_VERSION_NUMBER: u32 = 1;
+
+/// The snapshot for `wire`. v2: the run id is tenant-bound (and so are parent and child
+/// ids), links are unversioned and projected, `owner.subject` names the principal, and
+/// `engineVersion` is an integer.
+pub(crate) fn snapshot_for(wire: Wire, run: &RunState) -> Value {
+    let mut doc = snapshot(run);
+    if wire == Wire::V1 {
+        return doc;
+    }
+    let id = wire_run_id(wire, &run.tenant, &run.run_id);
+    doc["runId"] = json!(id);
+    doc["eventsUrl"] = json!(format!("/runs/{}/events", project_id(&id)));
+    doc["statusUrl"] = json!(format!("/runs/{}", project_id(&id)));
+    doc["eventLogSchemaVersion"] = json!(V2_EVENT_LOG_SCHEMA_VERSION);
+    doc["engineVersion"] = json!(ENGINE_VERSION_NUMBER);
+    doc["owner"] = json!({
+        "tenant": run.tenant,
+        "subject": {
+            "issuer": "trellis",
+            "subjectId": run.principal.subject,
+            "tenant": run.tenant,
+            "lane": "api",
+            "kind": run.principal.key_class,
+        },
+    });
+    if let Some(parent) = &run.parent {
+        doc["parentRunId"] = json!(wire_run_id(wire, &run.tenant, &parent.run_id));
+    }
+    if let Some(children) = doc.get_mut("childRuns").and_then(Value::as_array_mut) {
+        for child in children {
+            if let Some(child_id) = child["runId"].as_str().map(str::to_owned) {
+                child["runId"] = json!(wire_run_id(wire, &run.tenant, &child_id));
+            }
+        }
+    }
+    doc
+}
 
 /// The `RunEventDoc` of `event` in `run_id`'s log. The event id is derived from the run and
 /// sequence, so it is stable across re-reads.

@@ -7,6 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde_json::{json, Value};
 use trellis_core::event::types;
+use trellis_core::{RunEvent, RunState};
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
@@ -28,7 +29,7 @@ fn cursor(query: &HashMap<String, String>) -> Result<Option<u64>, ApiError> {
     }
 }
 
-fn wait_budget(query: &HashMap<String, String>) -> Result<Duration, ApiError> {
+pub(crate) fn wait_budget(query: &HashMap<String, String>) -> Result<Duration, ApiError> {
     match query.get("timeout") {
         None => Ok(MAX_LONG_POLL),
         Some(raw) => match raw.trim().parse::<u64>() {
@@ -39,8 +40,29 @@ fn wait_budget(query: &HashMap<String, String>) -> Result<Duration, ApiError> {
     }
 }
 
-/// Returns the events after the cursor. With none yet on a live run, waits (without
-/// polling the store) for the next commit, up to the timeout.
+/// The events after `after`. With none yet on a live run, waits (without polling the store)
+/// for the next commit, up to `budget`.
+pub(crate) async fn collect(
+    state: &AppState,
+    tenant: &str,
+    run_id: &str,
+    after: Option<u64>,
+    budget: Duration,
+) -> Result<(RunState, Vec<RunEvent>), ApiError> {
+    let deadline = Instant::now() + budget;
+    let services = &state.services;
+    loop {
+        let seen = services.notifier.generation();
+        let (run, events) = services.events(tenant, run_id, after, PAGE).await?;
+        let now = Instant::now();
+        if !events.is_empty() || run.status.is_terminal() || now >= deadline {
+            return Ok((run, events));
+        }
+        services.notifier.wait(seen, deadline - now).await;
+    }
+}
+
+/// Returns the events after the cursor (v1 shape).
 pub(crate) async fn poll(
     caller: Caller,
     State(state): State<AppState>,
@@ -49,26 +71,17 @@ pub(crate) async fn poll(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
     let after = cursor(&query)?;
-    let deadline = Instant::now() + wait_budget(&query)?;
-    let services = &state.services;
-    loop {
-        let seen = services.notifier.generation();
-        let (run, events) = services.events(caller.tenant(), &run_id, after, PAGE).await?;
-        let terminal = run.status.is_terminal();
-        let now = Instant::now();
-        if !events.is_empty() || terminal || now >= deadline {
-            let last = events.last().map(|event| event.sequence as i64).unwrap_or(after.map_or(-1, |s| s as i64));
-            let drained = events.last().is_none_or(|event| types::is_terminal(&event.event_type));
-            let docs: Vec<Value> = events.iter().map(|event| event_doc(&run.run_id, event)).collect();
-            return Ok(Json(json!({
-                "runId": run.run_id,
-                "events": docs,
-                "lastEventSeq": last,
-                "runStatus": run.status.as_str(),
-                "isTerminal": terminal,
-                "isComplete": terminal && drained,
-            })));
-        }
-        services.notifier.wait(seen, deadline - now).await;
-    }
+    let (run, events) = collect(&state, caller.tenant(), &run_id, after, wait_budget(&query)?).await?;
+    let terminal = run.status.is_terminal();
+    let last = events.last().map(|event| event.sequence as i64).unwrap_or(after.map_or(-1, |s| s as i64));
+    let drained = events.last().is_none_or(|event| types::is_terminal(&event.event_type));
+    let docs: Vec<Value> = events.iter().map(|event| event_doc(&run.run_id, event)).collect();
+    Ok(Json(json!({
+        "runId": run.run_id,
+        "events": docs,
+        "lastEventSeq": last,
+        "runStatus": run.status.as_str(),
+        "isTerminal": terminal,
+        "isComplete": terminal && drained,
+    })))
 }

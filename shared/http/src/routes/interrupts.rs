@@ -19,6 +19,7 @@ use trellis_core::{RunState, ServiceError};
 use super::json_body;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
+use crate::render::{wire_run_id, Wire};
 use crate::AppState;
 
 /// The signer of interrupt tokens: a key derived from the host secret.
@@ -79,7 +80,7 @@ fn tally(record: &InterruptRecord) -> Value {
 }
 
 /// The body `{resumeValue}` of the resolve surfaces.
-fn resume_value(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn resume_value(body: &[u8]) -> Result<Value, ApiError> {
     let body = json_body(body)?.ok_or_else(|| ApiError::validation("a JSON body `{resumeValue}` is required"))?;
     let Value::Object(mut fields) = body else { return Err(ApiError::validation("the body must be a JSON object")) };
     if fields.keys().any(|key| key != "resumeValue") {
@@ -90,7 +91,7 @@ fn resume_value(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// The answer of a successful resolution (or vote).
-fn resolved_body(run: &RunState, record: &InterruptRecord) -> Value {
+fn resolved_body(wire: Wire, run: &RunState, record: &InterruptRecord) -> Value {
     let outcome = match &record.state {
         InterruptState::Resolved { outcome, .. } => outcome.clone(),
         _ => "vote-recorded".to_owned(),
@@ -100,7 +101,7 @@ fn resolved_body(run: &RunState, record: &InterruptRecord) -> Value {
         interrupt["votes"] = tally(record);
     }
     json!({
-        "runId": run.run_id,
+        "runId": wire_run_id(wire, &run.tenant, &run.run_id),
         "nodeId": record.node_id,
         "interruptId": record.id,
         "status": run.status.as_str(),
@@ -109,7 +110,8 @@ fn resolved_body(run: &RunState, record: &InterruptRecord) -> Value {
     })
 }
 
-async fn resolve_scoped(
+pub(crate) async fn resolve_scoped(
+    wire: Wire,
     caller: &Caller,
     state: &AppState,
     run_id: &str,
@@ -124,7 +126,7 @@ async fn resolve_scoped(
         resolver: Resolver::Principal(caller.principal.subject.clone()),
     };
     let (run, record) = state.services.resolve_interrupt(Some(caller.tenant()), run_id, resolution).await?;
-    Ok(Json(resolved_body(&run, &record)))
+    Ok(Json(resolved_body(wire, &run, &record)))
 }
 
 /// `POST /v1/runs/{runId}/interrupts/{nodeId}` with `{resumeValue}`.
@@ -136,7 +138,7 @@ pub(crate) async fn resolve(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::ApprovalsRespond)?;
     let value = resume_value(&body)?;
-    resolve_scoped(&caller, &state, &run_id, node_id, value).await
+    resolve_scoped(Wire::V1, &caller, &state, &run_id, node_id, value).await
 }
 
 /// `POST /v1/runs/{runId}/approvals/{nodeId}` with the approval resume value as the body
@@ -150,7 +152,7 @@ pub(crate) async fn legacy_approval(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::ApprovalsRespond)?;
     let value = json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON body `{action}` is required"))?;
-    match resolve_scoped(&caller, &state, &run_id, node_id, value).await {
+    match resolve_scoped(Wire::V1, &caller, &state, &run_id, node_id, value).await {
         Err(error) if error.code == "interrupt_cancelled" => {
             Err(ApiError::from(ServiceError::Refused(Refusal::RunState(trellis_core::RunStatus::Cancelled))))
         }
@@ -171,7 +173,16 @@ fn verified(state: &AppState, token: &str) -> Result<TokenClaims, ApiError> {
 }
 
 /// `GET /v1/interrupts/{token}`: the pending interrupt, without resolving it.
-pub(crate) async fn inspect(State(state): State<AppState>, Path(token): Path<String>) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn inspect(state: State<AppState>, token: Path<String>) -> Result<Json<Value>, ApiError> {
+    inspect_for(Wire::V1, state, token).await
+}
+
+/// Token inspection rendered for `wire`.
+pub(crate) async fn inspect_for(
+    wire: Wire,
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let claims = verified(&state, &token)?;
     let run = state.services.run_for_token(&claims.run_id).await.map_err(|error| match error {
         ServiceError::NotFound { .. } => refused(Refusal::NotFound),
@@ -194,7 +205,7 @@ pub(crate) async fn inspect(State(state): State<AppState>, Path(token): Path<Str
         return Err(refused(refusal));
     }
     let mut body = record.payload();
-    body["runId"] = json!(run.run_id);
+    body["runId"] = json!(wire_run_id(wire, &run.tenant, &run.run_id));
     body["nodeId"] = json!(record.node_id);
     body["interruptId"] = json!(record.id);
     body["status"] = json!("pending");
@@ -212,6 +223,16 @@ fn refused(refusal: Refusal) -> ApiError {
 
 /// `POST /v1/interrupts/{token}` with `{resumeValue}`.
 pub(crate) async fn resolve_by_token(
+    state: State<AppState>,
+    token: Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    resolve_by_token_for(Wire::V1, state, token, body).await
+}
+
+/// Resolution by token, answered for `wire`.
+pub(crate) async fn resolve_by_token_for(
+    wire: Wire,
     State(state): State<AppState>,
     Path(token): Path<String>,
     body: Bytes,
@@ -229,5 +250,5 @@ pub(crate) async fn resolve_by_token(
             ServiceError::NotFound { .. } => refused(Refusal::NotFound),
             other => other.into(),
         })?;
-    Ok((StatusCode::OK, Json(resolved_body(&run, &record))))
+    Ok((StatusCode::OK, Json(resolved_body(wire, &run, &record))))
 }

@@ -16,7 +16,7 @@ use trellis_core::RunStatus;
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
-use crate::render::snapshot;
+use crate::render::{snapshot_for, Wire};
 use crate::AppState;
 
 /// Page size when `limit` is absent, and the largest allowed.
@@ -66,6 +66,16 @@ fn parse_status(raw: &str) -> Result<RunStatus, ApiError> {
 /// `GET /v1/runs?workflowId=&status=&limit=&cursor=`.
 pub(crate) async fn list(
     caller: Caller,
+    state: State<AppState>,
+    query: Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    list_for(Wire::V1, caller, state, query).await
+}
+
+/// The listing, rendered for `wire` (`GET /runs` on v2).
+pub(crate) async fn list_for(
+    wire: Wire,
+    caller: Caller,
     State(state): State<AppState>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
@@ -91,7 +101,7 @@ pub(crate) async fn list(
         let after = RunPosition { created_at: run.created_at, run_id: run.run_id.clone() };
         encode(&state.cursor_key[..], &Cursor { tenant: caller.tenant().to_owned(), filter: filter.clone(), after })
     });
-    let mut body = json!({ "runs": runs.iter().map(snapshot).collect::<Vec<_>>() });
+    let mut body = json!({ "runs": runs.iter().map(|run| snapshot_for(wire, run)).collect::<Vec<_>>() });
     if let Some(next) = next {
         body["nextCursor"] = json!(next);
     }

@@ -103,21 +103,7 @@ pub(crate) async fn cancel(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::RunsCancel)?;
-    let reason = match json_body(&body)? {
-        None => None,
-        Some(Value::Object(fields)) => {
-            if fields.keys().any(|key| key.as_str() != "reason") {
-                return Err(ApiError::validation("the cancel body accepts only `reason`")
-                    .with_details(json!({ "allowed": ["reason"] })));
-            }
-            match fields.get("reason") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(reason)) => Some(reason.clone()),
-                Some(_) => return Err(ApiError::validation("`reason` must be a string")),
-            }
-        }
-        Some(_) => return Err(ApiError::validation("the cancel body must be a JSON object")),
-    };
+    let reason = cancel_reason(&body)?;
     let (run, already_terminal) = state.services.cancel_run(caller.tenant(), &run_id, reason).await?;
     let mut body = json!({ "runId": run.run_id, "status": run.status.as_str() });
     if already_terminal {
@@ -185,6 +171,39 @@ async fn resume(
         "resumedAt": rfc3339(state.services.clock.now()),
     });
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// The optional `{reason?}` body of a cancel.
+pub(crate) fn cancel_reason(body: &[u8]) -> Result<Option<String>, ApiError> {
+    match json_body(body)? {
+        None => Ok(None),
+        Some(Value::Object(fields)) => {
+            if fields.keys().any(|key| key.as_str() != "reason") {
+                return Err(ApiError::validation("the cancel body accepts only `reason`")
+                    .with_details(json!({ "allowed": ["reason"] })));
+            }
+            match fields.get("reason") {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(reason)) => Ok(Some(reason.clone())),
+                Some(_) => Err(ApiError::validation("`reason` must be a string")),
+            }
+        }
+        Some(_) => Err(ApiError::validation("the cancel body must be a JSON object")),
+    }
+}
+
+/// `:pause` or `:resume` of `run_id` (internal id), shared by the v1 and v2 routes.
+pub(crate) async fn operator(
+    verb: &str,
+    caller: &Caller,
+    state: &AppState,
+    run_id: &str,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    match verb {
+        "pause" => pause(caller.clone(), State(state.clone()), run_id, body).await,
+        _ => resume(caller.clone(), State(state.clone()), run_id, body).await,
+    }
 }
 
 /// Most ids one bulk cancel takes.

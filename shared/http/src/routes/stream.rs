@@ -22,7 +22,7 @@ use trellis_core::RunEvent;
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
-use crate::render::event_doc;
+use crate::render::{event_doc_for, wire_run_id, Wire};
 use crate::AppState;
 
 /// The stream modes this host serves.
@@ -96,14 +96,15 @@ fn wants_json(headers: &HeaderMap) -> bool {
     accept.contains("application/json") && !accept.contains("text/event-stream")
 }
 
-fn frame(run_id: &str, event: &RunEvent) -> Bytes {
-    let data = event_doc(run_id, event).to_string();
+fn frame(wire: Wire, tenant: &str, run_id: &str, event: &RunEvent) -> Bytes {
+    let data = event_doc_for(wire, tenant, run_id, event).to_string();
     Bytes::from(format!("id: {}\nevent: {}\ndata: {data}\n\n", event.sequence, event.event_type))
 }
 
 /// The stream's state between frames.
 struct Stream {
     state: AppState,
+    wire: Wire,
     tenant: String,
     run_id: String,
     filter: Filter,
@@ -130,7 +131,7 @@ impl Stream {
                 let mut chunk = Vec::new();
                 for event in &events {
                     if self.filter.admits(&event.event_type) {
-                        chunk.extend_from_slice(&frame(&self.run_id, event));
+                        chunk.extend_from_slice(&frame(self.wire, &self.tenant, &self.run_id, event));
                     }
                     if types::is_terminal(&event.event_type) {
                         self.done = true;
@@ -170,35 +171,60 @@ pub(crate) async fn events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::RunsRead)?;
-    let run = state.services.get_run(caller.tenant(), &run_id).await?;
-    let filter = parse_modes(&query)?;
-    check_buffer(&query)?;
+    open(Wire::V1, state, caller.tenant(), &run_id, &query, &headers).await
+}
+
+/// Opens the event stream of `run_id` (internal id) for `wire`.
+pub(crate) async fn open(
+    wire: Wire,
+    state: AppState,
+    tenant: &str,
+    run_id: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let run = state.services.get_run(tenant, run_id).await?;
+    let filter = parse_modes(query)?;
+    check_buffer(query)?;
     let resume_after = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse::<u64>().ok());
-    if wants_json(&headers) {
-        let (run, events) = state.services.events(caller.tenant(), &run_id, resume_after, 10_000).await?;
+    if wants_json(headers) {
+        let (run, events) = state.services.events(tenant, run_id, resume_after, 10_000).await?;
         let docs: Vec<Value> = events
             .iter()
             .filter(|event| filter.admits(&event.event_type))
-            .map(|event| event_doc(&run.run_id, event))
+            .map(|event| event_doc_for(wire, tenant, &run.run_id, event))
             .collect();
         let terminal = run.status.is_terminal();
-        return Ok(Json(json!({
-            "runId": run.run_id,
-            "events": docs,
-            "lastEventSeq": events.last().map(|e| e.sequence as i64).unwrap_or(resume_after.map_or(-1, |s| s as i64)),
-            "runStatus": run.status.as_str(),
-            "isTerminal": terminal,
-            "isComplete": terminal,
-        }))
-        .into_response());
+        let last = events.last().map(|e| e.sequence as i64).unwrap_or(resume_after.map_or(-1, |s| s as i64));
+        let body = match wire {
+            Wire::V1 => json!({
+                "runId": run.run_id,
+                "events": docs,
+                "lastEventSeq": last,
+                "runStatus": run.status.as_str(),
+                "isTerminal": terminal,
+                "isComplete": terminal,
+            }),
+            Wire::V2 => json!({
+                "runId": wire_run_id(wire, tenant, &run.run_id),
+                "events": docs,
+                "lastSequence": last,
+                "status": run.status.as_str(),
+                "isTerminal": terminal,
+            }),
+        };
+        let mut response = Json(body).into_response();
+        response.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+        return Ok(response);
     }
     let settings = state.streams;
     let stream = Stream {
         state,
-        tenant: caller.tenant().to_owned(),
+        wire,
+        tenant: tenant.to_owned(),
         run_id: run.run_id,
         filter,
         cursor: resume_after,
@@ -214,6 +240,7 @@ pub(crate) async fn events(
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(header::VARY, HeaderValue::from_static("Accept"));
     Ok(response)
 }
 

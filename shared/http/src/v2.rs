@@ -1,0 +1,344 @@
+//! The OpenWOP v2 run surface on unversioned paths, projected per request from the same
+//! stored model the v1 routes serve.
+//!
+//! Version negotiation (`OpenWOP-Version` request header):
+//!
+//! | path family        | header absent | `2` / `2.x` | `1` / `1.x` | any other major |
+//! |--------------------|---------------|-------------|-------------|-----------------|
+//! | `/v1/...`          | v1            | v1 (the path decides) | v1 | v1 (the path decides) |
+//! | unversioned (`/runs`, `/interrupts/…`, `/workflows/…`, `/openapi.json`) | v2 | v2 | `406` | `406` |
+//! | `/.well-known/openwop` | v1 document | v2 projection | v1 document | `406` |
+//!
+//! `406 protocol_version_unsupported` carries `details.protocolVersions`. Responses on the
+//! v2 family echo `OpenWOP-Version: 2.0`.
+//!
+//! What v2 changes on the wire: run ids are tenant-bound (`tenant/opaque`), projected into
+//! path segments as `tenant~2Fopaque` (`%2F` accepted too); snapshots carry
+//! `owner.subject{issuer, subjectId, tenant, lane, kind}`, `eventLogSchemaVersion` 3 and an
+//! integer `engineVersion`; poll answers `{runId, events, lastSequence, status, isTerminal}`
+//! after `afterSequence`; cancelling a finished run is `409 run_terminal`. Not served on v2:
+//! `:fork` and `:diff` (replay is not built; `404`), bulk cancel, registration, the test
+//! seams, the debug bundle. `OpenWOP-Dedup` is refused (`400`), never ignored.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde_json::{json, Value};
+use trellis_core::service::CreateOutcome;
+use trellis_core::timefmt::rfc3339;
+use trellis_core::RunState;
+
+use crate::auth::{Caller, Scope};
+use crate::error::ApiError;
+use crate::idempotency::{replay_response, AnswerKept, KeyedRequest, REPLAY_HEADER};
+use crate::render::{event_doc_for, project_id, snapshot_for, wire_run_id, Wire};
+use crate::routes::{events, interrupts, json_body, list, stream};
+use crate::AppState;
+
+/// The protocol versions this host speaks.
+pub const PROTOCOL_VERSIONS: [&str; 2] = ["1.0", "2.0"];
+/// The version a client should prefer.
+pub const PREFERRED_VERSION: &str = "2.0";
+/// The version header.
+pub const VERSION_HEADER: &str = "openwop-version";
+
+/// The major an `OpenWOP-Version` header asks for, if the header is present and parses.
+pub(crate) fn requested_major(headers: &HeaderMap) -> Option<Result<u32, ()>> {
+    let raw = headers.get(VERSION_HEADER)?.to_str().map_err(|_| ()).map(str::trim);
+    Some(raw.and_then(|raw| raw.split('.').next().unwrap_or("").parse::<u32>().map_err(|_| ())))
+}
+
+/// `406 protocol_version_unsupported`.
+pub(crate) fn unsupported_version() -> ApiError {
+    ApiError::new(StatusCode::NOT_ACCEPTABLE, "protocol_version_unsupported", "this host speaks OpenWOP 1 and 2")
+        .with_details(json!({ "protocolVersions": PROTOCOL_VERSIONS, "preferredVersion": PREFERRED_VERSION }))
+}
+
+/// The v2 family's negotiation: any major but 2 is refused; the answer echoes the version.
+async fn negotiate(request: Request, next: Next) -> Response {
+    if let Some(major) = requested_major(request.headers()) {
+        if major != Ok(2) {
+            return unsupported_version().into_response();
+        }
+    }
+    let mut response = next.run(request).await;
+    response.headers_mut().insert(VERSION_HEADER, HeaderValue::from_static("2.0"));
+    response
+}
+
+/// The v2 routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/openapi.json", get(openapi))
+        .route("/runs", post(create).get(list_runs))
+        .route("/runs/{run_id}", get(snapshot).post(custom_method))
+        .route("/runs/{run_id}/cancel", post(cancel))
+        .route("/runs/{run_id}/events", get(events_stream))
+        .route("/runs/{run_id}/events/poll", get(poll))
+        .route("/runs/{run_id}/interrupts/{node_id}", post(resolve))
+        .route("/interrupts/{token}", get(inspect).post(resolve_by_token))
+        .route("/workflows/{workflow_id}", get(crate::routes::workflows::get_workflow))
+        .layer(axum::middleware::from_fn(negotiate))
+}
+
+/// Decodes `~XX` and `%XX` escapes of a projected id (axum has already decoded `%XX`).
+fn decode_id(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let escaped = (bytes[index] == b'~' || bytes[index] == b'%')
+            .then(|| segment.get(index + 1..index + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                index += 3;
+            }
+            None => {
+                out.push(bytes[index]);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The internal run id of a v2 path segment, when it is bound to the caller's tenant; any
+/// other id reads as not found.
+fn internal_id(caller: &Caller, segment: &str) -> Result<String, ApiError> {
+    let id = decode_id(segment);
+    match id.split_once('/') {
+        Some((tenant, opaque)) if tenant == caller.tenant() && !opaque.is_empty() => Ok(opaque.to_owned()),
+        _ => Err(ApiError::not_found("run")),
+    }
+}
+
+fn created_body(run: &RunState) -> Value {
+    let id = wire_run_id(Wire::V2, &run.tenant, &run.run_id);
+    json!({
+        "runId": id,
+        "status": run.status.as_str(),
+        "workflowId": run.workflow.id,
+        "startedAt": rfc3339(run.started_at.unwrap_or(run.created_at)),
+        "eventsUrl": format!("/runs/{}/events", project_id(&id)),
+        "statusUrl": format!("/runs/{}", project_id(&id)),
+    })
+}
+
+/// `POST /runs`.
+async fn create(
+    caller: Caller,
+    State(state): State<AppState>,
+    keyed: Option<Extension<KeyedRequest>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    caller.require(Scope::RunsCreate)?;
+    if headers.contains_key("openwop-dedup") {
+        return Err(ApiError::validation("OpenWOP-Dedup is not supported by this host; send the request without it")
+            .with_details(json!({ "header": "OpenWOP-Dedup" })));
+    }
+    let body = json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
+    let key = keyed.map(|Extension(KeyedRequest(key))| key);
+    let keyed = key.is_some();
+    let respond = |run: &RunState| (StatusCode::CREATED.as_u16(), created_body(run));
+    let mut response = match state.services.create_run(&caller.principal, &body, key, &respond).await? {
+        CreateOutcome::Created(run) => {
+            let mut response = (StatusCode::CREATED, Json(created_body(&run))).into_response();
+            let location = created_body(&run)["statusUrl"].as_str().and_then(|url| HeaderValue::from_str(url).ok());
+            if let Some(location) = location {
+                response.headers_mut().insert(header::LOCATION, location);
+            }
+            if keyed {
+                response.headers_mut().insert(REPLAY_HEADER, HeaderValue::from_static("false"));
+            }
+            response
+        }
+        CreateOutcome::Replayed(record) => replay_response(record.status, record.body),
+    };
+    response.extensions_mut().insert(AnswerKept);
+    Ok(response)
+}
+
+/// `GET /runs`.
+async fn list_runs(
+    caller: Caller,
+    state: State<AppState>,
+    query: Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    list::list_for(Wire::V2, caller, state, query).await
+}
+
+/// `GET /runs/{runId}`.
+async fn snapshot(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::RunsRead)?;
+    let run = state.services.get_run(caller.tenant(), &internal_id(&caller, &run_id)?).await?;
+    let mut doc = snapshot_for(Wire::V2, &run);
+    if let Some(mut view) = interrupts::interrupt_view(&interrupts::signer(&state), &run, state.services.clock.now()) {
+        if let Some(token) = view["interruptToken"].as_str().map(str::to_owned) {
+            view["callbackUrl"] = json!(format!("/interrupts/{token}"));
+        }
+        doc["interrupt"] = view;
+    }
+    Ok(Json(doc))
+}
+
+/// `POST /runs/{runId}:pause` and `:resume` (`:fork` and `:diff` are not served).
+async fn custom_method(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let Some((segment, verb)) = raw.rsplit_once(':') else {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"));
+    };
+    if verb != "pause" && verb != "resume" {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"));
+    }
+    caller.require(Scope::RunsCancel)?;
+    let run_id = internal_id(&caller, segment)?;
+    let mut response = crate::routes::runs::operator(verb, &caller, &state, &run_id, &body).await?;
+    v2_run_ids(&mut response, &caller).await;
+    Ok(response)
+}
+
+/// Rewrites the `runId` of a JSON answer into the tenant-bound v2 form.
+async fn v2_run_ids(response: &mut Response, caller: &Caller) {
+    let body = std::mem::replace(response.body_mut(), axum::body::Body::empty());
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let mut value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if let Some(id) = value.get("runId").and_then(Value::as_str).map(str::to_owned) {
+        value["runId"] = json!(wire_run_id(Wire::V2, caller.tenant(), &id));
+    }
+    response.headers_mut().remove(header::CONTENT_LENGTH);
+    *response.body_mut() = axum::body::Body::from(value.to_string());
+}
+
+/// `POST /runs/{runId}/cancel`: `409 run_terminal` on a finished run.
+async fn cancel(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    caller.require(Scope::RunsCancel)?;
+    let internal = internal_id(&caller, &run_id)?;
+    let reason = crate::routes::runs::cancel_reason(&body)?;
+    let (run, already_terminal) = state.services.cancel_run(caller.tenant(), &internal, reason).await?;
+    if already_terminal {
+        return Err(ApiError::new(StatusCode::CONFLICT, "run_terminal", "the run has already finished")
+            .with_details(json!({ "runStatus": run.status.as_str() })));
+    }
+    let body = json!({ "runId": wire_run_id(Wire::V2, &run.tenant, &run.run_id), "status": run.status.as_str() });
+    Ok((StatusCode::OK, Json(body)).into_response())
+}
+
+/// `GET /runs/{runId}/events`: SSE (or the list with `Accept: application/json`).
+async fn events_stream(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    caller.require(Scope::RunsRead)?;
+    let internal = internal_id(&caller, &run_id)?;
+    stream::open(Wire::V2, state, caller.tenant(), &internal, &query, &headers).await
+}
+
+/// `GET /runs/{runId}/events/poll?afterSequence=&timeout=`.
+async fn poll(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::RunsRead)?;
+    let internal = internal_id(&caller, &run_id)?;
+    let after = match query.get("afterSequence").map(|raw| raw.trim().parse::<i64>()) {
+        None | Some(Ok(-1)) => None,
+        Some(Ok(value)) if value >= 0 => Some(value as u64),
+        Some(_) => {
+            return Err(ApiError::validation("afterSequence must be an integer of -1 or more")
+                .with_details(json!({ "parameter": "afterSequence" })))
+        }
+    };
+    let budget = events::wait_budget(&query)?;
+    let (run, events) = events::collect(&state, caller.tenant(), &internal, after, budget).await?;
+    let last = match events.last() {
+        Some(event) => event.sequence as i64,
+        None => (run.next_sequence as i64 - 1).max(after.map_or(-1, |a| a as i64)),
+    };
+    let docs: Vec<Value> =
+        events.iter().map(|event| event_doc_for(Wire::V2, &run.tenant, &run.run_id, event)).collect();
+    Ok(Json(json!({
+        "runId": wire_run_id(Wire::V2, &run.tenant, &run.run_id),
+        "events": docs,
+        "lastSequence": last,
+        "status": run.status.as_str(),
+        "isTerminal": run.status.is_terminal(),
+    })))
+}
+
+/// `POST /runs/{runId}/interrupts/{nodeId}` with `{resumeValue}`.
+async fn resolve(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path((run_id, node_id)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::ApprovalsRespond)?;
+    let internal = internal_id(&caller, &run_id)?;
+    let value = interrupts::resume_value(&body)?;
+    interrupts::resolve_scoped(Wire::V2, &caller, &state, &internal, node_id, value).await
+}
+
+/// `GET /interrupts/{token}`.
+async fn inspect(state: State<AppState>, token: Path<String>) -> Result<Json<Value>, ApiError> {
+    interrupts::inspect_for(Wire::V2, state, token).await
+}
+
+/// `POST /interrupts/{token}`.
+async fn resolve_by_token(
+    state: State<AppState>,
+    token: Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    interrupts::resolve_by_token_for(Wire::V2, state, token, body).await
+}
+
+/// `GET /openapi.json` (`schemas/openapi-v2.json`).
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI_V2).into_response()
+}
+
+/// The OpenAPI 3.1 document of the v2 routes served.
+pub const OPENAPI_V2: &str = include_str!("../../../schemas/openapi-v2.json");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn projected_ids_decode_either_way() {
+        assert_eq!(project_id("acme/run-1"), "acme~2Frun-1");
+        assert_eq!(decode_id("acme~2Frun-1"), "acme/run-1");
+        assert_eq!(decode_id("acme~2frun-1"), "acme/run-1");
+        assert_eq!(decode_id("acme%2Frun-1"), "acme/run-1");
+        assert_eq!(decode_id("plain"), "plain");
+        assert_eq!(decode_id("bad~zz"), "bad~zz");
+    }
+}
