@@ -4,7 +4,8 @@
 #
 # It installs what the tests need first: the toolchain's clippy and rustfmt, Amazon
 # DynamoDB Local and moto (scripts/emulators.sh), AWS SAM CLI and cfn-lint
-# (scripts/lint-infra.sh, which validates infra/template.yaml) — all cached in .cache/. The suites then run inside a
+# (scripts/lint-infra.sh, which validates infra/template.yaml), and the public Python SDK
+# openwop-client 2.7.0 in a virtual environment — all cached in .cache/. The suites then run inside a
 # private network namespace (`unshare -n`, loopback only) with the emulator started, so the
 # DynamoDB store meets the same contract suite as the SQLite store.
 # Set OPENWOP_REFERENCE_DIR to an OpenWOP reference folder (schemas/, fixtures/) to also
@@ -19,6 +20,16 @@ fi
 
 bash scripts/emulators.sh install
 bash scripts/lint-infra.sh
+
+# The public Python SDK (protocol v2) for tests/e2e_sdk.rs, installed before the tests'
+# network namespace cuts PyPI off.
+SDK_VENV="${TRELLIS_CACHE_DIR:-$PWD/.cache}/openwop-client-2.7.0"
+if [ ! -x "$SDK_VENV/bin/python" ] || ! "$SDK_VENV/bin/python" -c "import openwop_client" 2>/dev/null; then
+    rm -rf "$SDK_VENV"
+    python3 -m venv "$SDK_VENV"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$SDK_VENV/bin/pip" install -q "openwop-client==2.7.0"
+fi
+export TRELLIS_SDK_PYTHON="$SDK_VENV/bin/python"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
