@@ -7,9 +7,12 @@ Prints one PASS line per check and exits non-zero on the first failure.
 import sys
 import time
 
+import urllib.error
+
 from openwop_client import (
     CancelRunRequest,
     CreateRunRequest,
+    ForkRunRequest,
     OpenwopClient,
     PauseRunRequest,
     ResolveInterruptRequest,
@@ -145,6 +148,14 @@ for name, call in [
     check(f"missing run: {name}", (status, code) == (404, "not_found"), (status, code))
 status, code = error_of(lambda: client.runs_create(CreateRunRequest(workflowId="no-such-workflow")))
 check("unknown workflow", status is not None and 400 <= status < 500, status)
+status, code = error_of(lambda: client.runs_fork(created.runId, ForkRunRequest(fromSeq=0, mode="replay")))
+check("fork is not served", (status, code) == (404, "not_found"), (status, code))
+check("no replay advertised", "replay" not in caps.families and "replay" not in caps.raw)
+try:
+    list(client.runs_events(created.runId, stream_mode="values", timeout_seconds=5))
+    check("an unserved stream mode is refused", False)
+except urllib.error.HTTPError as error:
+    check("an unserved stream mode is refused", error.code == 400, error.code)
 future = OpenwopClient(BASE, KEY, timeout=20.0, major=3)
 status, code = error_of(future.discovery_capabilities)
 check("another major on discovery", (status, code) == (406, "protocol_version_unsupported"), (status, code))
