@@ -66,3 +66,31 @@ async fn of_racing_resolutions_on_aws_exactly_one_wins() {
     let events = aws.events(&created).await;
     assert_eq!(events.iter().filter(|e| e["type"] == "interrupt.resolved").count(), 1);
 }
+
+#[tokio::test]
+async fn the_v2_surface_is_served_through_api_gateway_too() {
+    if !emulators_configured() {
+        return;
+    }
+    let mut aws = stack().await;
+    let (status, created) = aws.api("POST", "/runs", Some(serde_json::json!({"workflowId": "conformance-noop"}))).await;
+    assert_eq!(status, 201, "{created}");
+    let run_id = created["runId"].as_str().unwrap().to_owned();
+    assert!(run_id.starts_with("default/"), "{run_id}");
+    let projected = run_id.replace('/', "~2F");
+    aws.pump_until_terminal(run_id.split_once('/').unwrap().1, support::SPEC_DEADLINE, false).await;
+    let (status, snapshot) = aws.api("GET", &format!("/runs/{projected}"), None).await;
+    assert_eq!((status, snapshot["status"].as_str()), (200, Some("completed")), "{snapshot}");
+    assert_eq!(snapshot["owner"]["subject"]["tenant"], "default");
+    let (status, page) =
+        aws.api("GET", &format!("/runs/{projected}/events/poll?afterSequence=0&timeout=0"), None).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!((page["runId"].as_str(), page["isTerminal"].as_bool()), (Some(run_id.as_str()), Some(true)));
+    assert!(page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["schemaVersion"] == 1 && e["sequence"].as_u64() > Some(0)));
+    let (status, refused) = aws.api("POST", &format!("/runs/{projected}/cancel"), None).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("run_terminal")));
+}
