@@ -30,15 +30,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::{json, Value};
-use trellis_core::service::CreateOutcome;
 use trellis_core::timefmt::rfc3339;
 use trellis_core::RunState;
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
-use crate::idempotency::{replay_response, AnswerKept, KeyedRequest, REPLAY_HEADER};
+use crate::idempotency::KeyedRequest;
 use crate::render::{event_doc_for, project_id, snapshot_for, wire_run_id, Wire};
-use crate::routes::{events, interrupts, json_body, list, stream};
+use crate::routes::{events, interrupts, list, stream};
 use crate::AppState;
 
 /// The protocol versions this host speaks.
@@ -146,26 +145,7 @@ async fn create(
         return Err(ApiError::validation("OpenWOP-Dedup is not supported by this host; send the request without it")
             .with_details(json!({ "header": "OpenWOP-Dedup" })));
     }
-    let body = json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
-    let key = keyed.map(|Extension(KeyedRequest(key))| key);
-    let keyed = key.is_some();
-    let respond = |run: &RunState| (StatusCode::CREATED.as_u16(), created_body(run));
-    let mut response = match state.services.create_run(&caller.principal, &body, key, &respond).await? {
-        CreateOutcome::Created(run) => {
-            let mut response = (StatusCode::CREATED, Json(created_body(&run))).into_response();
-            let location = created_body(&run)["statusUrl"].as_str().and_then(|url| HeaderValue::from_str(url).ok());
-            if let Some(location) = location {
-                response.headers_mut().insert(header::LOCATION, location);
-            }
-            if keyed {
-                response.headers_mut().insert(REPLAY_HEADER, HeaderValue::from_static("false"));
-            }
-            response
-        }
-        CreateOutcome::Replayed(record) => replay_response(record.status, record.body),
-    };
-    response.extensions_mut().insert(AnswerKept);
-    Ok(response)
+    crate::routes::runs::create_with(&caller, &state, keyed, &body, created_body).await
 }
 
 /// `GET /runs`.

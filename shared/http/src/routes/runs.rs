@@ -30,17 +30,31 @@ pub(crate) async fn create(
     keyed: Option<Extension<KeyedRequest>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    create_with(&caller, &state, keyed, &body, created_body).await
+}
+
+/// Creates a run from `body` and answers `201` with `render(run)` (its `statusUrl` as
+/// `Location`), or the recorded answer of a replayed `Idempotency-Key`; shared by the v1 and
+/// v2 surfaces, whose answers differ only in `render`.
+pub(crate) async fn create_with(
+    caller: &Caller,
+    state: &AppState,
+    keyed: Option<Extension<KeyedRequest>>,
+    body: &[u8],
+    render: fn(&RunState) -> Value,
+) -> Result<Response, ApiError> {
     caller.require(Scope::RunsCreate)?;
-    let body = json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
+    let body = json_body(body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
     let key = keyed.map(|Extension(KeyedRequest(key))| key);
     let keyed = key.is_some();
-    let respond = |run: &RunState| (StatusCode::CREATED.as_u16(), created_body(run));
+    let respond = |run: &RunState| (StatusCode::CREATED.as_u16(), render(run));
     let outcome = state.services.create_run(&caller.principal, &body, key, &respond).await?;
     let mut response = match outcome {
         CreateOutcome::Created(run) => {
-            let body = created_body(&run);
+            let body = render(&run);
+            let location = body["statusUrl"].as_str().and_then(|url| HeaderValue::from_str(url).ok());
             let mut response = (StatusCode::CREATED, Json(body)).into_response();
-            if let Ok(location) = HeaderValue::from_str(&status_url(&run.run_id)) {
+            if let Some(location) = location {
                 response.headers_mut().insert(header::LOCATION, location);
             }
             if keyed {
