@@ -119,6 +119,15 @@ async fn main() {
     }
 }
 
+/// A received message as the event-source mapping hands it over, on its first delivery.
+fn first_delivery(message: &aws_sdk_sqs::types::Message) -> SqsMessage {
+    let mut record = SqsMessage::default();
+    record.message_id = message.message_id().map(str::to_owned);
+    record.body = message.body().map(str::to_owned);
+    record.attributes.insert("ApproximateReceiveCount".into(), "1".into());
+    record
+}
+
 /// Plays the event-source mapping (batch size 1) until `expected` messages were handled;
 /// returns `(invocations, receives, deletes)`.
 async fn pump(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queue_url: &str, expected: u64) -> (u64, u64, u64) {
@@ -137,11 +146,7 @@ async fn pump(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queue_url: &str, expected
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         };
-        let mut record = SqsMessage::default();
-        record.message_id = message.message_id().map(str::to_owned);
-        record.body = message.body().map(str::to_owned);
-        record.attributes.insert("ApproximateReceiveCount".into(), "1".into());
-        handle_message(app, &record).await;
+        handle_message(app, &first_delivery(message)).await;
         invocations += 1;
         sqs.delete_message()
             .queue_url(queue_url)
@@ -231,12 +236,8 @@ async fn dispatch_figures(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queues: [&str
             let Some(message) = received.messages().first() else { continue };
             receives += 1;
             idle = false;
-            let mut record = SqsMessage::default();
-            record.message_id = message.message_id().map(str::to_owned);
-            record.body = message.body().map(str::to_owned);
-            record.attributes.insert("ApproximateReceiveCount".into(), "1".into());
             let mut event = aws_lambda_events::event::sqs::SqsEvent::default();
-            event.records = vec![record];
+            event.records = vec![first_delivery(message)];
             let response = if fifo {
                 trellis_aws::dispatch::handle_fifo_batch(app, event).await
             } else {

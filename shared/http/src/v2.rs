@@ -190,21 +190,7 @@ async fn custom_method(
     }
     caller.require(Scope::RunsCancel)?;
     let run_id = internal_id(&caller, segment)?;
-    let mut response = crate::routes::runs::operator(verb, &caller, &state, &run_id, &body).await?;
-    v2_run_ids(&mut response, &caller).await;
-    Ok(response)
-}
-
-/// Rewrites the `runId` of a JSON answer into the tenant-bound v2 form.
-async fn v2_run_ids(response: &mut Response, caller: &Caller) {
-    let body = std::mem::replace(response.body_mut(), axum::body::Body::empty());
-    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
-    let mut value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    if let Some(id) = value.get("runId").and_then(Value::as_str).map(str::to_owned) {
-        value["runId"] = json!(wire_run_id(Wire::V2, caller.tenant(), &id));
-    }
-    response.headers_mut().remove(header::CONTENT_LENGTH);
-    *response.body_mut() = axum::body::Body::from(value.to_string());
+    crate::routes::runs::operator(verb, Wire::V2, &caller, &state, &run_id, &body).await
 }
 
 /// `POST /runs/{runId}/cancel`: `409 run_terminal` on a finished run.

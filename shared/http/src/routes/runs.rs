@@ -19,7 +19,7 @@ use super::json_body;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::idempotency::{replay_response, AnswerKept, KeyedRequest, REPLAY_HEADER};
-use crate::render::{events_url, snapshot as render_snapshot, status_url};
+use crate::render::{events_url, snapshot as render_snapshot, status_url, wire_run_id, Wire};
 use crate::AppState;
 
 /// `POST /v1/runs`. With an `Idempotency-Key`, the answer is recorded in the same commit
@@ -103,8 +103,8 @@ pub(crate) async fn custom_method(
 ) -> Result<Response, ApiError> {
     match raw.rsplit_once(':') {
         Some((run_id, "cancel")) => cancel(caller, state, Path(run_id.to_owned()), body).await,
-        Some((run_id, "pause")) => pause(caller, state, run_id, &body).await,
-        Some((run_id, "resume")) => resume(caller, state, run_id, &body).await,
+        Some((run_id, "pause")) => operator("pause", Wire::V1, &caller, &state, run_id, &body).await,
+        Some((run_id, "resume")) => operator("resume", Wire::V1, &caller, &state, run_id, &body).await,
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")),
     }
 }
@@ -145,7 +145,7 @@ fn operator_body(body: &[u8], allowed: &[&str]) -> Result<serde_json::Map<String
 }
 
 /// `POST /v1/runs/{runId}:pause` with `{reason?, drainPolicy?}` (default `drain-current-node`).
-async fn pause(caller: Caller, State(state): State<AppState>, run_id: &str, body: &[u8]) -> Result<Response, ApiError> {
+async fn pause(wire: Wire, caller: &Caller, state: &AppState, run_id: &str, body: &[u8]) -> Result<Response, ApiError> {
     caller.require(Scope::RunsCancel)?;
     let fields = operator_body(body, &["reason", "drainPolicy"])?;
     let reason = fields.get("reason").and_then(Value::as_str).map(str::to_owned);
@@ -160,7 +160,7 @@ async fn pause(caller: Caller, State(state): State<AppState>, run_id: &str, body
     let run = state.services.pause_run(caller.tenant(), run_id, reason, drain_policy).await?;
     let paused_at = run.pause.as_ref().map_or(run.created_at, |pause| pause.paused_at);
     let body = json!({
-        "runId": run.run_id,
+        "runId": wire_run_id(wire, &run.tenant, &run.run_id),
         "status": run.status.as_str(),
         "pausedAt": rfc3339(paused_at),
         "drainPolicy": drain_policy.as_str(),
@@ -170,8 +170,9 @@ async fn pause(caller: Caller, State(state): State<AppState>, run_id: &str, body
 
 /// `POST /v1/runs/{runId}:resume` with `{reason?}`.
 async fn resume(
-    caller: Caller,
-    State(state): State<AppState>,
+    wire: Wire,
+    caller: &Caller,
+    state: &AppState,
     run_id: &str,
     body: &[u8],
 ) -> Result<Response, ApiError> {
@@ -180,7 +181,7 @@ async fn resume(
     let reason = fields.get("reason").and_then(Value::as_str).map(str::to_owned);
     let run = state.services.resume_run(caller.tenant(), run_id, reason).await?;
     let body = json!({
-        "runId": run.run_id,
+        "runId": wire_run_id(wire, &run.tenant, &run.run_id),
         "status": run.status.as_str(),
         "resumedAt": rfc3339(state.services.clock.now()),
     });
@@ -206,17 +207,19 @@ pub(crate) fn cancel_reason(body: &[u8]) -> Result<Option<String>, ApiError> {
     }
 }
 
-/// `:pause` or `:resume` of `run_id` (internal id), shared by the v1 and v2 routes.
+/// `:pause` or `:resume` of `run_id` (internal id), answered for `wire`; shared by the v1
+/// and v2 routes.
 pub(crate) async fn operator(
     verb: &str,
+    wire: Wire,
     caller: &Caller,
     state: &AppState,
     run_id: &str,
     body: &[u8],
 ) -> Result<Response, ApiError> {
     match verb {
-        "pause" => pause(caller.clone(), State(state.clone()), run_id, body).await,
-        _ => resume(caller.clone(), State(state.clone()), run_id, body).await,
+        "pause" => pause(wire, caller, state, run_id, body).await,
+        _ => resume(wire, caller, state, run_id, body).await,
     }
 }
 
