@@ -5,7 +5,8 @@
 //! handler one at a time, and deleted unless the handler reported them failed.
 //!
 //! The same scenarios run on the embedded host, and their event-type sequences and terminal
-//! states must be identical. Without the emulator settings the suite says it is skipped.
+//! states must be identical. Without the emulators the suite is ignored (see
+//! `trellis_testkit::external`).
 
 use std::time::{Duration, Instant};
 
@@ -223,10 +224,9 @@ async fn drive_embedded(
 }
 
 #[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
 async fn scenarios_match_the_embedded_host_and_each_node_is_one_invocation() {
-    if !emulators_configured() {
-        return;
-    }
+    require_emulators();
     let mut aws = stack().await;
     for definition in extra_workflows() {
         assert_eq!(aws.api("POST", "/v1/workflows", Some(definition)).await.0, 201);
@@ -239,10 +239,9 @@ async fn scenarios_match_the_embedded_host_and_each_node_is_one_invocation() {
 }
 
 #[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
 async fn every_message_delivered_twice_gives_the_same_log() {
-    if !emulators_configured() {
-        return;
-    }
+    require_emulators();
     let mut aws = stack().await;
     for definition in extra_workflows() {
         assert_eq!(aws.api("POST", "/v1/workflows", Some(definition)).await.0, 201);
@@ -255,10 +254,9 @@ async fn every_message_delivered_twice_gives_the_same_log() {
 }
 
 #[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
 async fn a_crash_between_commit_and_send_is_repaired_by_the_reconciler() {
-    if !emulators_configured() {
-        return;
-    }
+    require_emulators();
     let mut aws = stack().await;
     // An API instance whose sends fail: its create commits (run, run.started, outbox) and
     // the send is lost, as if the function died right after the commit.
@@ -285,10 +283,9 @@ async fn a_crash_between_commit_and_send_is_repaired_by_the_reconciler() {
 }
 
 #[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
 async fn a_step_on_its_last_delivery_fails_the_run() {
-    if !emulators_configured() {
-        return;
-    }
+    require_emulators();
     let aws = stack().await;
     let run_id = aws.create(json!({"workflowId": "conformance-multi-node"})).await;
     // Receive without deleting until the message is on its last allowed delivery.
@@ -319,10 +316,9 @@ async fn a_step_on_its_last_delivery_fails_the_run() {
 }
 
 #[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
 async fn an_unparseable_message_ends_in_the_dead_letter_queue() {
-    if !emulators_configured() {
-        return;
-    }
+    require_emulators();
     let aws = stack().await;
     aws.sqs.send_message().queue_url(&aws.queue_url).message_body("{\"not\": \"a step\"}").send().await.unwrap();
     let started = Instant::now();
@@ -349,10 +345,9 @@ async fn an_unparseable_message_ends_in_the_dead_letter_queue() {
 }
 
 #[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
 async fn the_dispatcher_entry_routes_batches_schedules_and_refuses_the_rest() {
-    if !emulators_configured() {
-        return;
-    }
+    require_emulators();
     let aws = stack().await;
     let scheduled = json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}});
     let answer = trellis_aws::dispatch::handle_trigger(&aws.app, scheduled).await.expect("reconciler runs");

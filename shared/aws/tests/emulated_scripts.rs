@@ -1,13 +1,13 @@
 //! The fixture expectation table and the scripted scenarios (`conformance/`) on the emulated
 //! AWS stack and on the embedded host, through the testkit's one script runner: interrupts
 //! (run-scoped, by token, legacy), quorum votes, refine, timeouts, cancel cascades and
-//! pause/resume behave the same on both backends, event for event. Without the emulator
-//! settings the suite says it is skipped.
+//! pause/resume behave the same on both backends, event for event. Without the emulators
+//! the suite is ignored (see `trellis_testkit::external`).
 
 mod support;
 
 use serde_json::Value;
-use support::{embedded_host, emulators_configured, stack, AwsDriver, KEY};
+use support::{embedded_host, require_emulators, stack, AwsDriver, KEY};
 use trellis_testkit::script::Runner;
 use trellis_testkit::HttpDriver;
 
@@ -15,10 +15,9 @@ const TABLE: &str = include_str!("../../../conformance/fixture-expectations.json
 const SCENARIOS: &str = include_str!("../../../conformance/scenarios.json");
 
 #[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
 async fn every_script_gives_the_same_run_on_aws_as_embedded() {
-    if !emulators_configured() {
-        return;
-    }
+    require_emulators();
     let table: Value = serde_json::from_str(TABLE).unwrap();
     let scenarios: Value = serde_json::from_str(SCENARIOS).unwrap();
     let workflows = scenarios["workflows"].as_array().unwrap();
@@ -46,10 +45,9 @@ async fn every_script_gives_the_same_run_on_aws_as_embedded() {
 }
 
 #[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
 async fn of_racing_resolutions_on_aws_exactly_one_wins() {
-    if !emulators_configured() {
-        return;
-    }
+    require_emulators();
     let mut aws = stack().await;
     let script = serde_json::json!({"id": "race", "workflowId": "conformance-approval"});
     let created = Runner::new(&mut AwsDriver(&mut aws)).run_until(&script, "waiting-approval").await;
@@ -68,10 +66,9 @@ async fn of_racing_resolutions_on_aws_exactly_one_wins() {
 }
 
 #[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
 async fn the_v2_surface_is_served_through_api_gateway_too() {
-    if !emulators_configured() {
-        return;
-    }
+    require_emulators();
     let mut aws = stack().await;
     let (status, created) = aws.api("POST", "/runs", Some(serde_json::json!({"workflowId": "conformance-noop"}))).await;
     assert_eq!(status, 201, "{created}");

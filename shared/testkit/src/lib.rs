@@ -7,6 +7,8 @@
 //! (`conformance/scenarios.json`) are written in the script format [`script`] reads, so both
 //! backends are held to the same behaviour by the same code.
 
+pub mod campaign;
+pub mod external;
 pub mod script;
 
 use std::time::Duration;

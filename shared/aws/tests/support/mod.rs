@@ -5,7 +5,6 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -21,24 +20,19 @@ use trellis_aws::settings::ApiSettings;
 use trellis_aws::{AwsApp, Settings};
 use trellis_core::limits::HostLimits;
 use trellis_http::ApiKey;
+use trellis_testkit::external::Service;
 
 pub const KEY: &str = "aws-e2e-key";
 pub const MAX_RECEIVES: u32 = 3;
 pub const SPEC_DEADLINE: Duration = Duration::from_secs(5);
 
-pub fn emulators_configured() -> bool {
+/// Fails the test unless DynamoDB and SQS emulators are configured (the suites are
+/// `#[ignore]`d under plain `cargo test`; the README's test command runs them).
+pub fn require_emulators() {
     // The api function runs with this set (infra/template.yaml): routes see `/v1/...`, not
     // `/<stage>/v1/...`.
     std::env::set_var("AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH", "true");
-    let set =
-        std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some() && std::env::var_os("AWS_ENDPOINT_URL_SQS").is_some();
-    if !set {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED emulated AWS suite: AWS_ENDPOINT_URL_DYNAMODB/_SQS not set (run scripts/test.sh)"
-        );
-    }
-    set
+    trellis_testkit::external::require_emulators(&[Service::DynamoDb, Service::Sqs]);
 }
 
 /// One emulated stack: a fresh table and queues.
