@@ -173,7 +173,8 @@ fn first_level() -> u32 {
 pub enum DrainPolicy {
     /// Nothing progresses until `:resume`, not even a timer that fires meanwhile.
     Immediate,
-    /// The node already executing (a delay's timer) may finish; nothing new starts.
+    /// The nodes already executing (a delay's timer, a child run) reach a terminal event
+    /// first; nothing new starts, and the run pauses after them.
     DrainCurrentNode,
 }
 
@@ -345,6 +346,11 @@ pub struct RunState {
     /// The operator pause in force, while `paused`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseState>,
+    /// A `drain-current-node` pause asked for while a node was executing: the run stays
+    /// `running` until no node executes any more, then pauses (`run.paused` after the node's
+    /// terminal event). Withdrawn by `:resume`, dropped when the run ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_pause: Option<PauseState>,
     /// The supervisor's identity and decisions, once one has decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orchestrator: Option<OrchestratorState>,

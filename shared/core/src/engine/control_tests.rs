@@ -194,19 +194,20 @@ fn pause_holds_steps_and_resume_reissues_them() {
     let mut state = pending(&wf, json!({}));
     apply(&wf, &mut state, Input::Start, 0);
     apply(&wf, &mut state, Input::Step { node_id: "d".into(), activation: 1 }, 0);
-    let paused = apply(&wf, &mut state, Input::Pause { reason: None, drain_policy: DrainPolicy::DrainCurrentNode }, 10);
+    let paused = apply(&wf, &mut state, Input::Pause { reason: None, drain_policy: DrainPolicy::Immediate }, 10);
     assert_eq!(event_types(&paused), ["run.paused"]);
-    assert_eq!(paused.events[0].payload["drainPolicy"], "drain-current-node");
+    assert_eq!(paused.events[0].payload["drainPolicy"], "immediate");
     let again = apply(&wf, &mut state, Input::Pause { reason: None, drain_policy: DrainPolicy::Immediate }, 11);
     assert_eq!(again.verdict, Verdict::Refused(Refusal::RunState(RunStatus::Paused)));
-    // The current node drains; the next one waits for resume.
-    let drained = apply(&wf, &mut state, Input::Wake { node_id: "d".into(), activation: 1 }, 100);
-    assert_eq!(event_types(&drained), ["node.completed"]);
-    assert_eq!(apply(&wf, &mut state, Input::Step { node_id: "n".into(), activation: 1 }, 101).verdict, Verdict::Later);
+    // `immediate` holds even the timer that fires meanwhile; resume issues it again.
+    assert_eq!(apply(&wf, &mut state, Input::Wake { node_id: "d".into(), activation: 1 }, 100).verdict, Verdict::Later);
     let resumed = apply(&wf, &mut state, Input::Resume { reason: None }, 200);
     assert_eq!(event_types(&resumed), ["run.resumed"]);
-    assert_eq!(resumed.effects, vec![Effect::Step { node_id: "n".into(), activation: 1, due_at: 200 }]);
+    assert_eq!(resumed.effects, vec![Effect::Wake { node_id: "d".into(), activation: 1, due_at: 200 }]);
     assert_eq!(state.status, RunStatus::Running);
+    let drained = apply(&wf, &mut state, Input::Wake { node_id: "d".into(), activation: 1 }, 200);
+    assert_eq!(event_types(&drained), ["node.completed"]);
+    assert_eq!(drained.effects, vec![Effect::Step { node_id: "n".into(), activation: 1, due_at: 200 }]);
     let not_paused = apply(&wf, &mut state, Input::Resume { reason: None }, 201);
     assert_eq!(not_paused.verdict, Verdict::Refused(Refusal::RunState(RunStatus::Running)));
 }

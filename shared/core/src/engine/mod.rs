@@ -4,10 +4,11 @@
 //! effects into tasks and feeds tasks back in as inputs.
 //!
 //! [`transitions`] holds the run lifecycle table; [`progress`] the node execution and
-//! graph propagation it calls.
+//! graph propagation it calls; `pause` how a `drain-current-node` pause drains.
 
 mod control;
 mod orchestration;
+mod pause;
 mod progress;
 pub mod transitions;
 
@@ -307,5 +308,7 @@ mod control_tests;
 mod decision_paths_tests;
 #[cfg(test)]
 mod orchestration_tests;
+#[cfg(test)]
+mod pause_tests;
 #[cfg(test)]
 mod tests;

@@ -49,6 +49,7 @@ impl<'a> Transition<'a> {
     pub(super) fn finish(mut self, verdict: Verdict) -> Outcome {
         if verdict == Verdict::Applied {
             self.settle_status();
+            self.settle_pause();
             let (before, after) = (self.original.status, self.state.status);
             if before != after {
                 self.state.status_version = self.original.version + 1;
@@ -417,7 +418,8 @@ impl<'a> Transition<'a> {
         self.propagate(targets);
         let outputs = self.state.nodes.get(node_id).map(|node| node.outputs.clone()).unwrap_or_default();
         self.loop_back(index, &outputs);
-        if !self.state.nodes.values().any(|n| n.is_active()) {
+        // A pending drain pause takes effect first; the completion waits for `:resume`.
+        if !self.state.nodes.values().any(|n| n.is_active()) && self.state.pending_pause.is_none() {
             self.complete_run();
         }
     }

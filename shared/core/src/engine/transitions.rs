@@ -7,7 +7,7 @@
 //! | pending                        | start            | running; `run.started`; entry node scheduled       |
 //! | pending                        | cancel           | cancelled; `run.cancelled`                         |
 //! | pending                        | step/wake/deadline | ignored (nothing was issued yet)                 |
-//! | running, waiting-*             | step             | execute the node, or stale if it moved on (other branches run while one node waits) |
+//! | running, waiting-*             | step             | execute the node, or stale if it moved on (other branches run while one node waits); later while a drain pause is pending |
 //! | running, waiting-*             | wake             | complete the parked node, time out a suspended one, or stale |
 //! | paused                         | step             | later (resume re-issues it)                        |
 //! | paused                         | wake             | `drain-current-node`: as running; `immediate`: later |
@@ -23,9 +23,10 @@
 //! | cancelling                     | cancel/start     | ignored                                            |
 //! | any but terminal               | delivery exhausted | failed `step_delivery_exhausted`                 |
 //! | any                            | resolve          | judged against the interrupt occurrence: vote recorded, resumed, or refused with why |
-//! | running                        | pause            | paused; `run.paused`                               |
+//! | running                        | pause            | paused; `run.paused` — for `drain-current-node` with a node executing (timer, child): pending, `run.paused` once none executes |
 //! | any other                      | pause            | refused (`run_state_conflict`, a suspension is never overridden) |
-//! | paused                         | resume           | running or waiting-*; `run.resumed`; steps and timers re-issued |
+//! | paused                         | resume           | running or waiting-*; `run.resumed`; steps and timers re-issued (completed when nothing is left to run) |
+//! | running, waiting-* (pause pending) | resume       | the pending pause is withdrawn; held steps re-issued; no event |
 //! | running, paused, waiting-*     | set variables    | the variables change; `variable.changed` each (test seam) |
 //! | any other                      | set variables    | refused (`run_state_conflict`)                     |
 //! | any other                      | resume           | refused (`run_state_conflict`)                     |
@@ -48,9 +49,11 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
     let mut tx = Transition::new(workflow, state, now);
     let verdict = match (tx.status(), input) {
         (_, Input::Resolve(resolution)) => tx.resolve(resolution),
-        (Running, Input::Pause { reason, drain_policy }) => tx.pause(reason, drain_policy),
+        (Running, Input::Pause { reason, drain_policy }) => tx.request_pause(reason, drain_policy),
         (status, Input::Pause { .. }) => Verdict::Refused(Refusal::RunState(status)),
-        (Paused, Input::Resume { reason }) => tx.resume(reason),
+        (Paused | Running | WaitingApproval | WaitingInput | WaitingExternal, Input::Resume { reason }) => {
+            tx.request_resume(reason)
+        }
         (status, Input::Resume { .. }) => Verdict::Refused(Refusal::RunState(status)),
         (Running | Paused | WaitingApproval | WaitingInput | WaitingExternal, Input::SetVariables { variables }) => {
             tx.set_variables(variables)
@@ -60,7 +63,11 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
         (Pending, Input::Cancel { reason }) => tx.cancel_now(reason),
         (Pending, Input::Step { .. } | Input::Wake { .. } | Input::Deadline) => Verdict::Ignored("run has not started"),
         (Running | WaitingApproval | WaitingInput | WaitingExternal, Input::Step { node_id, activation }) => {
-            tx.step(&node_id, activation)
+            if tx.pause_pending() {
+                Verdict::Later
+            } else {
+                tx.step(&node_id, activation)
+            }
         }
         (Running | WaitingApproval | WaitingInput | WaitingExternal, Input::Wake { node_id, activation }) => {
             tx.wake(&node_id, activation)

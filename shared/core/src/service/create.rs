@@ -171,6 +171,7 @@ pub(crate) fn new_run(
         parent: None,
         interrupts: Vec::new(),
         pause: None,
+        pending_pause: None,
         orchestrator: None,
         child_runs: Vec::new(),
         disabled_capabilities: Vec::new(),

@@ -144,7 +144,9 @@ fn operator_body(body: &[u8], allowed: &[&str]) -> Result<serde_json::Map<String
     }
 }
 
-/// `POST /v1/runs/{runId}:pause` with `{reason?, drainPolicy?}` (default `drain-current-node`).
+/// `POST /v1/runs/{runId}:pause` with `{reason?, drainPolicy?}` (default `drain-current-node`):
+/// `202 {runId, status: "paused", pausedAt, drainPolicy}`, or while a drained node still runs
+/// `202 {runId, status: "running", pausePending: true, pauseRequestedAt, drainPolicy}`.
 async fn pause(wire: Wire, caller: &Caller, state: &AppState, run_id: &str, body: &[u8]) -> Result<Response, ApiError> {
     caller.require(Scope::RunsCancel)?;
     let fields = operator_body(body, &["reason", "drainPolicy"])?;
@@ -158,13 +160,21 @@ async fn pause(wire: Wire, caller: &Caller, state: &AppState, run_id: &str, body
         })?,
     };
     let run = state.services.pause_run(caller.tenant(), run_id, reason, drain_policy).await?;
-    let paused_at = run.pause.as_ref().map_or(run.created_at, |pause| pause.paused_at);
-    let body = json!({
+    let mut body = json!({
         "runId": wire_run_id(wire, &run.tenant, &run.run_id),
         "status": run.status.as_str(),
-        "pausedAt": rfc3339(paused_at),
         "drainPolicy": drain_policy.as_str(),
     });
+    match (&run.pause, &run.pending_pause) {
+        // `drain-current-node` with a node executing: the run pauses once that node reaches a
+        // terminal event (`run.paused` then); until then it stays `running`.
+        (_, Some(pending)) => {
+            body["pausePending"] = json!(true);
+            body["pauseRequestedAt"] = json!(rfc3339(pending.paused_at));
+        }
+        (Some(pause), None) => body["pausedAt"] = json!(rfc3339(pause.paused_at)),
+        (None, None) => {}
+    }
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
