@@ -16,7 +16,11 @@ const SPEC_DEADLINE: Duration = Duration::from_secs(5);
 #[tokio::test]
 async fn dispatch_events_and_snapshots_match_the_official_schemas() {
     let Some(reference) = Reference::load("dispatch_events_and_snapshots_match_the_official_schemas") else { return };
-    let host = start(serve_args(None)).await;
+    // The give-up check below is registered by the caller: its plan is honoured only for a
+    // test-scope key on a host with its seams on.
+    let mut args = serve_args(None);
+    args.test_seams = true;
+    let host = start(args).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
     let payloads = |name: &str| format!("run-event-payloads.schema.json#/$defs/{name}");
     let by_type = [
@@ -68,5 +72,29 @@ async fn dispatch_events_and_snapshots_match_the_official_schemas() {
         }
     }
     assert!(checked >= 15, "only {checked} payloads checked");
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn a_tenant_registered_conformance_workflow_does_not_follow_its_scripted_plan() {
+    let host = start(serve_args(None)).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    let sneaky = json!({"id": "conformance-sneaky", "name": "sneaky",
+        "nodes": [{"id": "s", "typeId": "core.orchestrator.supervisor", "config": {"mockDispatchPlan": [
+            {"kind": "next-worker", "nextWorkerIds": ["conformance-noop"]}, {"kind": "terminate", "reason": "done"}]}},
+                  {"id": "d", "typeId": "core.dispatch"}],
+        "edges": [{"id": "e1", "sourceNodeId": "s", "targetNodeId": "d"}, {"id": "e2", "sourceNodeId": "d", "targetNodeId": "s"}]});
+    let (status, body) = client.request("POST", "/v1/workflows", Some(sneaky)).await;
+    assert_eq!(status, 201, "{body}");
+    let run_id = client.create(json!({"workflowId": "conformance-sneaky"})).await;
+    let snapshot = client.wait_terminal(&run_id, SPEC_DEADLINE).await;
+    assert_eq!(snapshot["status"], "failed", "a tenant's plan is not honoured: {snapshot}");
+    assert_eq!(snapshot["error"]["code"], "decision_source_unavailable", "{snapshot}");
+    let events = client.events(&run_id).await;
+    assert!(events.iter().all(|event| event["type"] != "runOrchestrator.decided"), "no decision was recorded");
+    // The same kind of plan in a compiled-in (global) fixture is still honoured.
+    let global = client.create(json!({"workflowId": "conformance-orchestrator-terminate"})).await;
+    let snapshot = client.wait_terminal(&global, SPEC_DEADLINE).await;
+    assert_eq!(snapshot["status"], "completed", "{snapshot}");
     host.stop().await;
 }

@@ -20,6 +20,7 @@ use trellis_aws::dispatch::handle_message;
 use trellis_aws::{AwsApp, Settings};
 use trellis_core::interrupt::{Resolution, Resolver};
 use trellis_core::limits::HostLimits;
+use trellis_core::ports::GLOBAL_NAMESPACE;
 use trellis_core::run::Principal;
 
 /// Measure the serverless step path.
@@ -213,8 +214,10 @@ async fn dispatch_figures(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queues: [&str
                   {"id": "dispatch", "typeId": "core.dispatch"}],
         "edges": [{"id": "e1", "sourceNodeId": "supervisor", "targetNodeId": "dispatch"},
                   {"id": "e2", "sourceNodeId": "dispatch", "targetNodeId": "supervisor"}]});
-    app.services.register_workflow("bench", worker).await.expect("worker");
-    app.services.register_workflow("bench", supervised).await.expect("supervised");
+    // The host's own (global) workflows, as `--workflows` loads them: their scripted plan is
+    // honoured; a tenant's registration would not be.
+    app.services.put_workflow(GLOBAL_NAMESPACE, worker).await.expect("worker");
+    app.services.put_workflow(GLOBAL_NAMESPACE, supervised).await.expect("supervised");
     // Scripted plans are honoured for a test-scope principal.
     let principal =
         Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into(), test_scope: true };

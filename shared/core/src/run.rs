@@ -363,7 +363,8 @@ pub struct RunState {
     /// The outputs of a completed run (as on `run.completed`).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub outputs: Map<String, Value>,
-    /// Scripted supervisor plans are honoured (a conformance workflow, or a test-scope key).
+    /// Scripted supervisor plans are honoured: a workflow of the global namespace, or a run
+    /// created by a test-scope key on a host with its test seams on (children inherit it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mocks_allowed: bool,
 }

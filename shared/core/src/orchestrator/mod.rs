@@ -155,8 +155,8 @@ pub struct DecisionContext<'a> {
     pub config: &'a Map<String, Value>,
     /// Decisions already recorded on the run.
     pub prior_decisions: u32,
-    /// Whether scripted (mock) plans may be honoured: a conformance workflow, or a run
-    /// created with a test-scope key.
+    /// Whether scripted (mock) plans may be honoured: a workflow of the global namespace, or
+    /// a run created by a test-scope key on a host with its test seams on.
     pub mocks_allowed: bool,
     /// The run's variables (answers to `ask-user` land in `userAnswer`).
     pub variables: &'a Map<String, Value>,
@@ -197,8 +197,8 @@ impl DecisionSource for ScriptedSource {
         if !context.mocks_allowed {
             return Err(crate::run::RunError::new(
                 "decision_source_unavailable",
-                "this host has no model-backed decision source; scripted plans (mockDispatchPlan) run in conformance \
-                 workflows or for runs created with a test-scope key",
+                "this host has no model-backed decision source; scripted plans (mockDispatchPlan) run only in the \
+                 host's own (global) workflows or for runs created by a test-scope key with the test seams on",
             ));
         }
         let invalid = |message| crate::run::RunError::new("validation_error", message);

@@ -9,7 +9,7 @@ use super::Services;
 use crate::engine::{self, Input};
 use crate::error::ServiceError;
 use crate::model::Workflow;
-use crate::ports::{CreateResult, IdempotencyRecord};
+use crate::ports::{CreateResult, IdempotencyRecord, GLOBAL_NAMESPACE};
 use crate::run::{EdgeStatus, Principal, RunLimits, RunState, RunStatus, WorkflowRef};
 use crate::schema;
 
@@ -78,6 +78,7 @@ impl Services {
         let disabled = self.capability_overlay().await?.disabled();
         let now = self.clock.now();
         let mut run = new_run(self.ids.run_id(), principal, &workflow, namespace, inputs, limits, now);
+        run.mocks_allowed |= self.test_seams && principal.test_scope;
         run.disabled_capabilities = disabled;
         run.configurable = request.configurable;
         run.tags = request.tags;
@@ -139,6 +140,10 @@ pub(crate) fn new_run(
     limits: RunLimits,
     now: crate::timefmt::Millis,
 ) -> RunState {
+    // Scripted supervisor plans: only for definitions of the read-only global namespace
+    // (compiled-in, `OPENWOP_FIXTURES_DIR`, `--workflows`); a test-scope caller on a host with its
+    // seams on is added by `create_run`. Never for a tenant's own registrations, whatever the id.
+    let mocks_allowed = namespace == GLOBAL_NAMESPACE;
     RunState {
         run_id,
         tenant: principal.tenant.clone(),
@@ -176,7 +181,7 @@ pub(crate) fn new_run(
         child_runs: Vec::new(),
         disabled_capabilities: Vec::new(),
         outputs: Map::new(),
-        mocks_allowed: principal.test_scope || workflow.id().starts_with("conformance-"),
+        mocks_allowed,
     }
 }
 
@@ -202,9 +207,14 @@ fn refuse_unsupported(request: &CreateRunBody, principal: &Principal) -> Result<
         });
     }
     if request.callback_url.is_some() {
+        // Interrupts are served (resolve by run and node, or by the token the interrupt
+        // carries); pushing a signed-token callback to a caller's URL is not.
         return Err(ServiceError::CapabilityRequired {
-            message: "callbackUrl needs human-in-the-loop interrupts, which this host does not support yet".to_owned(),
-            details: json!({ "requiredCapability": "interrupts" }),
+            message: "callbackUrl is not supported by this host yet: send the request without it and resolve \
+                      interrupts through POST /v1/runs/{runId}/interrupts/{nodeId} or the callbackUrl each \
+                      interrupt carries"
+                .to_owned(),
+            details: json!({ "field": "callbackUrl", "unsupportedField": "callbackUrl" }),
         });
     }
     Ok(())
