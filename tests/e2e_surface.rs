@@ -197,6 +197,41 @@ fn default_keepalive_is_fifteen_seconds() {
 }
 
 #[tokio::test]
+async fn live_streams_batch_with_buffer_ms_and_send_snapshots_in_values_mode() {
+    let host = start(serve_args(None)).await;
+    let base = format!("http://{}", host.addr);
+    let client = Client::new(&base, KEY);
+    // Subscribed while the run is still in its delay: the frames come live.
+    let run_id = client.create(json!({"workflowId": "conformance-delay", "inputs": {"delayMs": 1500}})).await;
+    let values_run = client.create(json!({"workflowId": "conformance-delay", "inputs": {"delayMs": 1500}})).await;
+    let batched = Sse::open(&base, &run_id, "?streamMode=updates&bufferMs=4000", None).await;
+    let values = Sse::open(&base, &values_run, "?streamMode=values", None).await;
+    let text = batched.read_to_close(SPEC_DEADLINE).await;
+    let frames = event_frames(&text);
+    assert!(!frames.is_empty(), "{text}");
+    let mut events = Vec::new();
+    for frame in &frames {
+        assert_eq!(frame.event.as_deref(), Some("batch"), "{text}");
+        let batch = frame.data.as_ref().and_then(Value::as_array).expect("a batch is an array").clone();
+        assert_eq!(frame.id, batch.last().map(|event| event["sequence"].to_string()), "id is the highest sequence");
+        events.extend(batch);
+    }
+    let kinds: Vec<&str> = events.iter().map(|event| event["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"run.started"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"run.completed"), "the terminal event is flushed: {kinds:?}");
+    let sequences: Vec<u64> = events.iter().map(|event| event["sequence"].as_u64().unwrap()).collect();
+    assert!(sequences.windows(2).all(|pair| pair[0] < pair[1]), "each event once, in order: {sequences:?}");
+
+    let text = values.read_to_close(SPEC_DEADLINE).await;
+    let frames = event_frames(&text);
+    assert!(!frames.is_empty(), "{text}");
+    assert!(frames.iter().all(|frame| frame.event.as_deref() == Some("state.snapshot")), "{text}");
+    let last = frames.last().unwrap().data.as_ref().unwrap();
+    assert_eq!((last["runId"].as_str(), last["status"].as_str()), (Some(values_run.as_str()), Some("completed")));
+    host.stop().await;
+}
+
+#[tokio::test]
 async fn sse_rejects_unserved_modes_and_bad_buffers_and_serves_json_on_request() {
     let host = start(serve_args(None)).await;
     let base = format!("http://{}", host.addr);
@@ -213,7 +248,7 @@ async fn sse_rejects_unserved_modes_and_bad_buffers_and_serves_json_on_request()
         let (status, body) = client.request("GET", &format!("/v1/runs/{run_id}/events?{query}"), None).await;
         assert_eq!((status, body["error"].as_str()), (400, Some(code)), "{query}: {body}");
         if code == "unsupported_stream_mode" {
-            assert_eq!(body["details"]["supported"], json!(["updates", "debug"]));
+            assert_eq!(body["details"]["supported"], json!(["values", "updates", "debug"]));
         }
     }
     let listing: Value = reqwest::Client::new()

@@ -170,7 +170,8 @@ async fn load_definitions(services: &Services, args: &ServeArgs) -> Result<Vec<S
     let dirs: Vec<&PathBuf> = args.fixtures_dir.iter().chain(args.workflows.iter()).collect();
     for dir in dirs {
         let report = services.load_directory(dir).await.map_err(StartError::Workflows)?;
-        info!(dir = %dir.display(), runnable = report.runnable.len(), not_runnable = report.not_runnable.len(), refused = report.refused.len(), "workflows loaded");
+        let runnable = report.runnable.join(",");
+        info!(dir = %dir.display(), %runnable, not_runnable = report.not_runnable.len(), refused = report.refused.len(), "workflows loaded");
         for (id, reason) in &report.not_runnable {
             info!(workflow = %id, %reason, "stored but not runnable here");
         }

@@ -152,7 +152,7 @@ status, code = error_of(lambda: client.runs_fork(created.runId, ForkRunRequest(f
 check("fork is not served", (status, code) == (404, "not_found"), (status, code))
 check("no replay advertised", "replay" not in caps.families and "replay" not in caps.raw)
 try:
-    list(client.runs_events(created.runId, stream_mode="values", timeout_seconds=5))
+    list(client.runs_events(created.runId, stream_mode="messages", timeout_seconds=5))
     check("an unserved stream mode is refused", False)
 except urllib.error.HTTPError as error:
     check("an unserved stream mode is refused", error.code == 400, error.code)

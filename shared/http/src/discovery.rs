@@ -1,11 +1,16 @@
 //! `GET /.well-known/openwop` and `GET /v1/openapi.json`. Discovery advertises only what this
 //! host implements and enforces.
+//!
+//! The discovery answer carries a strong `ETag` over its body (RFC 0165 §C.2), so the v1
+//! document and the v2 projection have different tags; a matching `If-None-Match` (a list,
+//! `*`, weak comparison per RFC 9110 §13.1.2) is answered `304 Not Modified` with no body.
+//! `Vary: OpenWOP-Version` names the header that picks the representation.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use trellis_core::capabilities::{Overlay, Toggle};
 use trellis_core::interrupt::{InterruptKind, APPROVAL_ACTIONS, PROFILES, TOKEN_LIFETIME_MS};
 use trellis_core::limits::HostLimits;
@@ -88,6 +93,12 @@ impl Discovery {
         });
         document["idempotency"] =
             json!({ "supported": true, "layer1RetentionSeconds": 86_400, "crossRegion": "single-region" });
+        // Stream modes served on `GET /v1/runs/{runId}/events` (`messages` is not: no node
+        // here streams model tokens) and the `bufferMs` range that batches frames.
+        document["streaming"] = json!({
+            "modes": crate::routes::stream::SERVED_MODES,
+            "bufferMs": { "minimum": 0, "maximum": crate::routes::stream::MAX_BUFFER_MS },
+        });
         if !fixtures.is_empty() {
             document["fixtures"] = json!(fixtures);
         }
@@ -146,14 +157,35 @@ pub(crate) async fn well_known(State(state): State<AppState>, headers: HeaderMap
         (state.discovery.document().clone(), "public, max-age=300")
     };
     let document = if v2 { Discovery::v2(&document) } else { document };
-    let mut response = Json(document).into_response();
+    let body = serde_json::to_vec(&document).expect("the discovery document serializes");
+    let tag = entity_tag(&body);
+    let mut response = if matches_none_of(&headers, &tag) {
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    } else {
+        StatusCode::NOT_MODIFIED.into_response()
+    };
     let response_headers = response.headers_mut();
     response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     response_headers.insert(header::VARY, HeaderValue::from_static("OpenWOP-Version"));
+    response_headers.insert(header::ETAG, HeaderValue::from_str(&tag).expect("a hex tag is a header value"));
     if v2 {
         response_headers.insert(crate::v2::VERSION_HEADER, HeaderValue::from_static("2.0"));
     }
     response
+}
+
+/// The strong entity tag of `body`: the first 128 bits of its SHA-256, quoted.
+fn entity_tag(body: &[u8]) -> String {
+    let digest = Sha256::digest(body);
+    format!("\"{}\"", hex::encode(&digest[..16]))
+}
+
+/// `false` when `If-None-Match` matches `tag` (so the answer is `304`).
+fn matches_none_of(headers: &HeaderMap, tag: &str) -> bool {
+    let mut candidates = headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|value| value.to_str().ok());
+    !candidates.any(|list| {
+        list.split(',').map(str::trim).any(|candidate| candidate == "*" || candidate.trim_start_matches("W/") == tag)
+    })
 }
 
 /// `GET /v1/openapi.json`.

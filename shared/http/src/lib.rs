@@ -74,7 +74,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{run_id}/interrupts/{node_id}", post(routes::interrupts::resolve))
         .route("/v1/runs/{run_id}/approvals/{node_id}", post(routes::interrupts::legacy_approval))
         .route("/v1/interrupts/{token}", get(routes::interrupts::inspect).post(routes::interrupts::resolve_by_token))
-        .route("/v1/workflows", post(routes::workflows::register))
+        .route("/v1/workflows", post(routes::workflows::register).get(routes::workflows::list))
         .route("/v1/host/sample/workflows", post(routes::seams::register_workflow))
         .route("/v1/host/sample/test/capability-toggle", post(routes::seams::capability_toggle))
         .route("/v1/host/sample/test/runs/{run_id}/variables", post(routes::seams::set_variables))

@@ -36,7 +36,7 @@ use trellis_core::RunState;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::idempotency::KeyedRequest;
-use crate::render::{event_doc_for, project_id, snapshot_for, wire_run_id, Wire};
+use crate::render::{event_doc_for, project_id, wire_run_id, Wire};
 use crate::routes::{events, interrupts, list, stream};
 use crate::AppState;
 
@@ -165,14 +165,7 @@ async fn snapshot(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
     let run = state.services.get_run(caller.tenant(), &internal_id(&caller, &run_id)?).await?;
-    let mut doc = snapshot_for(Wire::V2, &run);
-    if let Some(mut view) = interrupts::interrupt_view(&interrupts::signer(&state), &run, state.services.clock.now()) {
-        if let Some(token) = view["interruptToken"].as_str().map(str::to_owned) {
-            view["callbackUrl"] = json!(format!("/interrupts/{token}"));
-        }
-        doc["interrupt"] = view;
-    }
-    Ok(Json(doc))
+    Ok(Json(crate::routes::runs::run_document(Wire::V2, &state, &run)))
 }
 
 /// `POST /runs/{runId}:pause` and `:resume` (`:fork` and `:diff` are not served).
@@ -234,14 +227,7 @@ async fn poll(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
     let internal = internal_id(&caller, &run_id)?;
-    let after = match query.get("afterSequence").map(|raw| raw.trim().parse::<i64>()) {
-        None | Some(Ok(-1)) => None,
-        Some(Ok(value)) if value >= 0 => Some(value as u64),
-        Some(_) => {
-            return Err(ApiError::validation("afterSequence must be an integer of -1 or more")
-                .with_details(json!({ "parameter": "afterSequence" })))
-        }
-    };
+    let after = events::query_sequence(query.get("afterSequence"), "afterSequence")?;
     let budget = events::wait_budget(&query)?;
     let (run, events) = events::collect(&state, caller.tenant(), &internal, after, budget).await?;
     let last = match events.last() {

@@ -24,7 +24,7 @@ pub use children::{ChildStart, MAX_CHILD_DEPTH};
 pub(crate) use create::new_run;
 pub use create::{CreateOutcome, IdempotencyKey};
 pub use idempotency::Begin;
-pub use workflows::LoadReport;
+pub use workflows::{ListedWorkflow, LoadReport};
 
 /// How many times a use case re-reads and re-decides after losing a version race.
 const MAX_CONFLICT_RETRIES: usize = 16;

@@ -161,3 +161,42 @@ impl Services {
         advertised
     }
 }
+
+/// One entry of the workflow listing: the latest definition an id resolves to for a tenant.
+#[derive(Debug, Clone)]
+pub struct ListedWorkflow {
+    /// `true` for the read-only global namespace (bundled fixtures, `OPENWOP_FIXTURES_DIR`,
+    /// `--workflows`), `false` for the tenant's own registration.
+    pub global: bool,
+    /// The definition.
+    pub workflow: Arc<Workflow>,
+}
+
+impl Services {
+    /// The workflows `tenant` can start, by id, after `after`, at most `limit`: its own
+    /// registrations and the global namespace, an id of both resolving to the tenant's own
+    /// (as [`Services::find_workflow`] does). Never another tenant's.
+    pub async fn list_workflows(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ListedWorkflow>, ServiceError> {
+        let mut ids = std::collections::BTreeMap::new();
+        for id in self.store.workflow_ids(GLOBAL_NAMESPACE).await? {
+            ids.insert(id, GLOBAL_NAMESPACE);
+        }
+        for id in self.store.workflow_ids(tenant).await? {
+            ids.insert(id, tenant);
+        }
+        let start = after.map_or(std::ops::Bound::Unbounded, |after| std::ops::Bound::Excluded(after.to_owned()));
+        let mut listed = Vec::new();
+        for (id, namespace) in ids.range((start, std::ops::Bound::Unbounded)).take(limit) {
+            if let Some(stored) = self.store.latest_workflow(namespace, id).await? {
+                let workflow = self.compile_cached(stored.document)?;
+                listed.push(ListedWorkflow { global: *namespace == GLOBAL_NAMESPACE, workflow });
+            }
+        }
+        Ok(listed)
+    }
+}

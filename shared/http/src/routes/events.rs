@@ -19,14 +19,37 @@ pub(crate) const MAX_LONG_POLL: Duration = Duration::from_secs(25);
 /// Events returned per poll at most.
 const PAGE: usize = 1000;
 
-fn cursor(query: &HashMap<String, String>) -> Result<Option<u64>, ApiError> {
-    let Some(raw) = query.get("lastSequence").or_else(|| query.get("since")) else { return Ok(None) };
-    match raw.trim().parse::<i64>() {
-        Ok(-1) => Ok(None),
-        Ok(value) if value >= 0 => Ok(Some(value as u64)),
-        _ => Err(ApiError::validation("lastSequence must be an integer of -1 or more")
-            .with_details(json!({ "parameter": "lastSequence" }))),
+/// The highest sequence a run can have (the stores keep sequences as signed 64-bit integers).
+const LAST_POSSIBLE_SEQUENCE: u64 = i64::MAX as u64;
+
+/// A sequence cursor from the wire (`lastSequence`, `afterSequence`, `Last-Event-ID`): `-1`
+/// is the start (`None`), any integer of 0 or more means "after that sequence". An integer
+/// past the last possible sequence is past the end — nothing is after it — never a
+/// wrap-around to the start. Anything else (not an integer, below -1) is refused.
+pub(crate) fn parse_sequence(raw: &str) -> Option<Option<u64>> {
+    let raw = raw.trim();
+    if raw == "-1" {
+        return Some(None);
     }
+    let digits = raw.strip_prefix('+').unwrap_or(raw);
+    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    let value = digits.parse::<u64>().unwrap_or(LAST_POSSIBLE_SEQUENCE);
+    Some(Some(value.min(LAST_POSSIBLE_SEQUENCE)))
+}
+
+/// A query cursor named `parameter`, absent meaning the start.
+pub(crate) fn query_sequence(raw: Option<&String>, parameter: &str) -> Result<Option<u64>, ApiError> {
+    let Some(raw) = raw else { return Ok(None) };
+    parse_sequence(raw).ok_or_else(|| {
+        ApiError::validation(format!("{parameter} must be an integer of -1 or more"))
+            .with_details(json!({ "parameter": parameter }))
+    })
+}
+
+fn cursor(query: &HashMap<String, String>) -> Result<Option<u64>, ApiError> {
+    query_sequence(query.get("lastSequence").or_else(|| query.get("since")), "lastSequence")
 }
 
 pub(crate) fn wait_budget(query: &HashMap<String, String>) -> Result<Duration, ApiError> {
@@ -84,4 +107,20 @@ pub(crate) async fn poll(
         "isTerminal": terminal,
         "isComplete": terminal && drained,
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_past_the_range_are_past_the_end() {
+        assert_eq!(parse_sequence("-1"), Some(None));
+        assert_eq!(parse_sequence("7"), Some(Some(7)));
+        assert_eq!(parse_sequence("9223372036854775808"), Some(Some(LAST_POSSIBLE_SEQUENCE)));
+        assert_eq!(parse_sequence("99999999999999999999999"), Some(Some(LAST_POSSIBLE_SEQUENCE)));
+        for bad in ["", "-2", "1.5", "abc", "0x1", "- 1"] {
+            assert_eq!(parse_sequence(bad), None, "{bad}");
+        }
+    }
 }

@@ -1,11 +1,13 @@
 //! Route handlers, one module per resource, and the helpers they share.
 
+pub(crate) mod cursor;
 pub(crate) mod debug;
 pub(crate) mod events;
 pub(crate) mod interrupts;
 pub(crate) mod list;
 pub(crate) mod runs;
 pub(crate) mod seams;
+pub(crate) mod sse;
 pub(crate) mod stream;
 pub(crate) mod workflows;
 
@@ -27,7 +29,44 @@ pub(crate) async fn fallback(State(state): State<AppState>, request: axum::extra
             return error.into_response();
         }
     }
+    if let Some(error) = raw_run_id_hint(parts.uri.path()) {
+        return error.into_response();
+    }
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route").into_response()
+}
+
+/// The sub-resources of a run: a second segment naming one is not the tail of a raw id.
+const RUN_SUB_RESOURCES: [&str; 5] = ["events", "cancel", "debug-bundle", "interrupts", "approvals"];
+
+/// `404 not_found` with a hint when a path holds a v2 run id (`tenant/opaque`) unencoded, as
+/// in `/runs/default/run-1/events`: the id must be one segment, its slash encoded as `~2F`
+/// (`/runs/default~2Frun-1/events`); `/v1/...` paths take the v1 id (`run-1`). The raw form
+/// is not accepted: `/runs/{a}/{b}` would collide with the sub-resource routes of run `a`.
+fn raw_run_id_hint(path: &str) -> Option<ApiError> {
+    let (v1, rest) = match path.strip_prefix("/v1/runs/") {
+        Some(rest) => (true, rest),
+        None => (false, path.strip_prefix("/runs/")?),
+    };
+    let mut segments = rest.splitn(3, '/');
+    let (tenant, opaque) = (segments.next()?, segments.next()?);
+    let tail = segments.next().map(|tail| format!("/{tail}")).unwrap_or_default();
+    let encoded = |segment: &str| segment.contains("~2F") || segment.contains("~2f");
+    if tenant.is_empty() || opaque.is_empty() || encoded(tenant) || RUN_SUB_RESOURCES.contains(&opaque) {
+        return None;
+    }
+    let v2_path = format!("/runs/{tenant}~2F{opaque}{tail}");
+    let (message, hint) = if v1 {
+        (
+            "no such route: a run id is one path segment; /v1 paths take the v1 run id, and a v2 id              (`tenant/opaque`) is addressed on the v2 surface with its slash encoded as ~2F",
+            format!("on /v1 use /v1/runs/{opaque}{tail}; on v2 use {v2_path}"),
+        )
+    } else {
+        (
+            "no such route: a v2 run id (`tenant/opaque`) is one path segment, its slash encoded as ~2F",
+            format!("use {v2_path}"),
+        )
+    };
+    Some(ApiError::new(StatusCode::NOT_FOUND, "not_found", message).with_details(serde_json::json!({ "hint": hint })))
 }
 
 /// Parses a JSON request body whatever its declared media type (clients such as `curl -d`

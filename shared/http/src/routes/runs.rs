@@ -19,7 +19,7 @@ use super::json_body;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::idempotency::{replay_response, AnswerKept, KeyedRequest, REPLAY_HEADER};
-use crate::render::{events_url, snapshot as render_snapshot, status_url, wire_run_id, Wire};
+use crate::render::{events_url, status_url, wire_run_id, Wire};
 use crate::AppState;
 
 /// `POST /v1/runs`. With an `Idempotency-Key`, the answer is recorded in the same commit
@@ -87,11 +87,23 @@ pub(crate) async fn snapshot(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
     let run = state.services.get_run(caller.tenant(), &run_id).await?;
-    let mut doc = render_snapshot(&run);
-    if let Some(view) = interrupt_view(&signer(&state), &run, state.services.clock.now()) {
+    Ok(Json(run_document(Wire::V1, &state, &run)))
+}
+
+/// The document `GET /v1/runs/{runId}` (or `/runs/{runId}` on v2) answers for `run`: the
+/// snapshot and, while the run waits on one, its open interrupt (with its signed token; on
+/// v2 also the unversioned `callbackUrl`). `values` stream frames carry the same document.
+pub(crate) fn run_document(wire: Wire, state: &AppState, run: &RunState) -> Value {
+    let mut doc = crate::render::snapshot_for(wire, run);
+    if let Some(mut view) = interrupt_view(&signer(state), run, state.services.clock.now()) {
+        if wire == Wire::V2 {
+            if let Some(token) = view["interruptToken"].as_str().map(str::to_owned) {
+                view["callbackUrl"] = json!(format!("/interrupts/{token}"));
+            }
+        }
         doc["interrupt"] = view;
     }
-    Ok(Json(doc))
+    doc
 }
 
 /// `POST /v1/runs/{runId}:<verb>`: the colon custom methods `cancel`, `pause` and `resume`.

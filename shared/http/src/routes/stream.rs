@@ -1,46 +1,51 @@
-//! `GET /v1/runs/{runId}/events`: Server-Sent Events. The backlog after `Last-Event-ID`,
-//! then live events as they are committed (woken by the commit notifier, not by polling the
-//! store on a timer), a `:keepalive` comment on quiet streams, and the server closes the
-//! stream right after the terminal event.
+//! `GET /v1/runs/{runId}/events`: the request's gates (stream mode, `bufferMs`,
+//! `Last-Event-ID`, in the protocol's order) and content negotiation: Server-Sent Events
+//! ([`super::sse`]) or, with `Accept: application/json`, the event list.
 //!
-//! Modes served: `updates` (default) and `debug`. `values` and `messages` are refused with
-//! `unsupported_stream_mode`. `bufferMs` (0..=5000) is validated and accepted; frames are
-//! always sent unbuffered, which the protocol allows.
+//! Modes served: `updates` (default), `debug` (`updates,debug` is their union, i.e. `debug`)
+//! and `values` (alone; combined with another mode it is refused). `messages` is refused
+//! with `400 unsupported_stream_mode` (`details.supported` lists each mode served).
+//! `bufferMs` is an integer 0..=5000; above 0 `updates`/`debug` frames are batched.
+//! `Last-Event-ID` is an integer of -1 or more (`400 validation_error` naming the header
+//! otherwise); one past every possible sequence resumes after everything.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream;
 use serde_json::{json, Value};
-use trellis_core::event::types;
-use trellis_core::RunEvent;
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::render::{event_doc_for, wire_run_id, Wire};
 use crate::AppState;
 
-/// The stream modes this host serves.
-pub(crate) const SERVED_MODES: [&str; 2] = ["updates", "debug"];
-/// Events read from the store per round.
-const PAGE: usize = 500;
+use super::sse;
+
+/// The stream modes this host serves (discovery's `streaming.modes`).
+pub(crate) const SERVED_MODES: [&str; 3] = ["values", "updates", "debug"];
+/// The largest `bufferMs`.
+pub(crate) const MAX_BUFFER_MS: u64 = 5000;
 
 /// Which events a stream carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Filter {
+pub(crate) enum Filter {
     Updates,
     Debug,
+    /// The `updates` events and `node.started`, each answered with a run snapshot.
+    Values,
 }
 
 impl Filter {
-    fn admits(self, event_type: &str) -> bool {
+    pub(crate) fn admits(self, event_type: &str) -> bool {
         match self {
             Self::Debug => true,
+            Self::Values => event_type == "node.started" || Self::Updates.admits(event_type),
             Self::Updates => {
                 let excluded = matches!(
                     event_type,
@@ -80,86 +85,37 @@ fn parse_modes(query: &HashMap<String, String>) -> Result<Filter, ApiError> {
     if modes.iter().any(|mode| !SERVED_MODES.contains(mode)) {
         return Err(unsupported());
     }
-    Ok(if modes.contains(&"debug") { Filter::Debug } else { Filter::Updates })
+    Ok(if modes == ["values"] {
+        Filter::Values
+    } else if modes.contains(&"debug") {
+        Filter::Debug
+    } else {
+        Filter::Updates
+    })
 }
 
-fn check_buffer(query: &HashMap<String, String>) -> Result<(), ApiError> {
-    match query.get("bufferMs").map(|raw| raw.trim().parse::<u32>()) {
-        None | Some(Ok(0..=5000)) => Ok(()),
+/// The batch window `bufferMs` asks for (`None`: absent or `0`, unbuffered).
+fn check_buffer(query: &HashMap<String, String>) -> Result<Option<Duration>, ApiError> {
+    match query.get("bufferMs").map(|raw| raw.trim().parse::<u64>()) {
+        None | Some(Ok(0)) => Ok(None),
+        Some(Ok(ms @ 1..=MAX_BUFFER_MS)) => Ok(Some(Duration::from_millis(ms))),
         Some(_) => Err(ApiError::validation("bufferMs must be an integer from 0 to 5000")
-            .with_details(json!({ "parameter": "bufferMs", "minimum": 0, "maximum": 5000 }))),
+            .with_details(json!({ "parameter": "bufferMs", "minimum": 0, "maximum": MAX_BUFFER_MS }))),
     }
+}
+
+/// The resume point of `Last-Event-ID` (absent: from the start).
+fn resume_point(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get("last-event-id") else { return Ok(None) };
+    value.to_str().ok().and_then(super::events::parse_sequence).ok_or_else(|| {
+        ApiError::validation("Last-Event-ID must be an integer of -1 or more (an event's sequence)")
+            .with_details(json!({ "header": "Last-Event-ID" }))
+    })
 }
 
 fn wants_json(headers: &HeaderMap) -> bool {
     let accept = headers.get(header::ACCEPT).and_then(|value| value.to_str().ok()).unwrap_or("");
     accept.contains("application/json") && !accept.contains("text/event-stream")
-}
-
-fn frame(wire: Wire, tenant: &str, run_id: &str, event: &RunEvent) -> Bytes {
-    let data = event_doc_for(wire, tenant, run_id, event).to_string();
-    Bytes::from(format!("id: {}\nevent: {}\ndata: {data}\n\n", event.sequence, event.event_type))
-}
-
-/// The stream's state between frames.
-struct Stream {
-    state: AppState,
-    wire: Wire,
-    tenant: String,
-    run_id: String,
-    filter: Filter,
-    cursor: Option<u64>,
-    keepalive: Duration,
-    ends_at: Option<Instant>,
-    done: bool,
-}
-
-impl Stream {
-    /// The next chunk of bytes: frames for new events, a keep-alive, or `None` to close.
-    async fn next_chunk(&mut self) -> Option<Bytes> {
-        if self.done || self.ends_at.is_some_and(|end| Instant::now() >= end) {
-            return None;
-        }
-        let notifier = self.state.services.notifier.clone();
-        let quiet_since = Instant::now();
-        loop {
-            let seen = notifier.generation();
-            let read = self.state.services.events(&self.tenant, &self.run_id, self.cursor, PAGE).await;
-            let Ok((run, events)) = read else { return None };
-            if let Some(last) = events.last() {
-                self.cursor = Some(last.sequence);
-                let mut chunk = Vec::new();
-                for event in &events {
-                    if self.filter.admits(&event.event_type) {
-                        chunk.extend_from_slice(&frame(self.wire, &self.tenant, &self.run_id, event));
-                    }
-                    if types::is_terminal(&event.event_type) {
-                        self.done = true;
-                    }
-                }
-                if !chunk.is_empty() || self.done {
-                    return Some(Bytes::from(chunk));
-                }
-                continue;
-            }
-            if run.status.is_terminal() {
-                // Resumed past the terminal event: nothing more will come.
-                return None;
-            }
-            let elapsed = quiet_since.elapsed();
-            if elapsed >= self.keepalive {
-                return Some(Bytes::from_static(b":keepalive\n\n"));
-            }
-            let mut wait = self.keepalive - elapsed;
-            if let Some(end) = self.ends_at {
-                wait = wait.min(end.saturating_duration_since(Instant::now()));
-                if wait.is_zero() {
-                    return None;
-                }
-            }
-            notifier.wait(seen, wait).await;
-        }
-    }
 }
 
 /// `GET /v1/runs/{runId}/events`.
@@ -185,11 +141,8 @@ pub(crate) async fn open(
 ) -> Result<Response, ApiError> {
     let run = state.services.get_run(tenant, run_id).await?;
     let filter = parse_modes(query)?;
-    check_buffer(query)?;
-    let resume_after = headers
-        .get("last-event-id")
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<u64>().ok());
+    let buffer = check_buffer(query)?;
+    let resume_after = resume_point(headers)?;
     if wants_json(headers) {
         let (run, events) = state.services.events(tenant, run_id, resume_after, 10_000).await?;
         let docs: Vec<Value> = events
@@ -221,16 +174,22 @@ pub(crate) async fn open(
         return Ok(response);
     }
     let settings = state.streams;
-    let stream = Stream {
+    let stream = sse::Stream {
         state,
         wire,
         tenant: tenant.to_owned(),
         run_id: run.run_id,
         filter,
         cursor: resume_after,
+        buffer,
         keepalive: settings.keepalive,
         ends_at: settings.max_duration.map(|max| Instant::now() + max),
+        baseline: headers.contains_key("last-event-id"),
+        held: Vec::new(),
+        held_last: 0,
+        flush_at: None,
         done: false,
+        closed: false,
     };
     let body = stream::unfold(stream, |mut stream| async move {
         stream.next_chunk().await.map(|chunk| (Ok::<_, std::convert::Infallible>(chunk), stream))
@@ -256,17 +215,18 @@ mod tests {
     fn modes_are_validated() {
         assert_eq!(parse_modes(&query(&[])).unwrap(), Filter::Updates);
         assert_eq!(parse_modes(&query(&[("streamMode", "updates,debug")])).unwrap(), Filter::Debug);
-        for bad in ["values", "values,updates", "messages", "bogus", ""] {
+        assert_eq!(parse_modes(&query(&[("streamMode", "values")])).unwrap(), Filter::Values);
+        for bad in ["values,updates", "debug,values", "messages", "updates,messages", "bogus", ""] {
             let error = parse_modes(&query(&[("streamMode", bad)])).unwrap_err();
             assert_eq!(error.code, "unsupported_stream_mode", "{bad}");
-            assert_eq!(error.details.unwrap()["supported"], json!(["updates", "debug"]));
+            assert_eq!(error.details.unwrap()["supported"], json!(["values", "updates", "debug"]));
         }
     }
 
     #[test]
     fn buffer_is_bounded() {
-        assert!(check_buffer(&query(&[("bufferMs", "0")])).is_ok());
-        assert!(check_buffer(&query(&[("bufferMs", "5000")])).is_ok());
+        assert_eq!(check_buffer(&query(&[("bufferMs", "0")])).unwrap(), None);
+        assert_eq!(check_buffer(&query(&[("bufferMs", "5000")])).unwrap(), Some(Duration::from_secs(5)));
         for bad in ["5001", "-1", "1.5", "x"] {
             assert_eq!(check_buffer(&query(&[("bufferMs", bad)])).unwrap_err().code, "validation_error", "{bad}");
         }
@@ -279,5 +239,8 @@ mod tests {
         assert!(!Filter::Updates.admits("node.started"));
         assert!(!Filter::Updates.admits("trellis.worker.retry"));
         assert!(Filter::Debug.admits("node.started"));
+        assert!(Filter::Values.admits("node.started"));
+        assert!(Filter::Values.admits("run.completed"));
+        assert!(!Filter::Values.admits("trellis.worker.retry"));
     }
 }

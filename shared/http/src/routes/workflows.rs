@@ -1,12 +1,62 @@
-//! `GET /v1/workflows/{workflowId}`: the stored definition, verbatim.
+//! `GET /v1/workflows/{workflowId}`: the stored definition, verbatim. `GET /v1/workflows`
+//! (a host extension): the definitions the caller's tenant can start, by id, paged like
+//! `GET /v1/runs`. `POST /v1/workflows`: registration.
 
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::Json;
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use super::cursor;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::AppState;
+
+/// The listing name a workflow-list cursor is bound to.
+const LISTING: &str = "workflows";
+
+/// `GET /v1/workflows?limit=&cursor=`: `{workflows: [{workflowId, version, name, namespace:
+/// "tenant"|"global", runnable, requiredCapability?}], nextCursor?}`, by id. The caller's own
+/// registrations and the global namespace (bundled fixtures, `OPENWOP_FIXTURES_DIR`,
+/// `--workflows`); an id in both is the caller's own, as `GET /v1/workflows/{id}` resolves it.
+pub(crate) async fn list(
+    caller: Caller,
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::ManifestRead)?;
+    let limit = cursor::page_limit(&query)?;
+    let after: Option<String> = query
+        .get("cursor")
+        .map(|text| cursor::decode(&state.cursor_key[..], LISTING, caller.tenant(), text))
+        .transpose()?;
+    let mut listed = state.services.list_workflows(caller.tenant(), after.as_deref(), limit + 1).await?;
+    let more = listed.len() > limit;
+    listed.truncate(limit);
+    let workflows: Vec<Value> = listed
+        .iter()
+        .map(|entry| {
+            let workflow = &entry.workflow;
+            let mut item = json!({
+                "workflowId": workflow.id(),
+                "version": workflow.definition.version,
+                "name": workflow.definition.name,
+                "namespace": if entry.global { "global" } else { "tenant" },
+                "runnable": workflow.gap.is_none(),
+            });
+            if let Some(gap) = &workflow.gap {
+                item["requiredCapability"] = json!(gap.required_capability);
+            }
+            item
+        })
+        .collect();
+    let mut body = json!({ "workflows": workflows });
+    if let Some(last) = listed.last().filter(|_| more) {
+        body["nextCursor"] = json!(cursor::encode(&state.cursor_key[..], LISTING, caller.tenant(), last.workflow.id()));
+    }
+    Ok(Json(body))
+}
 
 /// The latest definition visible to the caller's tenant.
 pub(crate) async fn get_workflow(

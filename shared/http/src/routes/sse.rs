@@ -1,0 +1,180 @@
+//! The Server-Sent Events body of `GET /v1/runs/{runId}/events` (and `/runs/{runId}/events`
+//! on v2): the backlog after the resume point, then live events as they are committed (woken
+//! by the commit notifier, not by polling the store on a timer), a `:keepalive` comment on
+//! quiet streams, and the server closes the stream right after the terminal event.
+//!
+//! Framing per mode:
+//! - `updates` / `debug`: one `id: <sequence>` / `event: <type>` / `data: <RunEventDoc>` frame
+//!   per admitted event;
+//! - `values`: one `event: state.snapshot` frame whose data is the run snapshot (the document
+//!   `GET /v1/runs/{runId}` answers), after each read that brought update-tier events, `id:`
+//!   the last sequence read. The snapshot is read after the events, so it is never older than
+//!   its `id`. A resumed stream (`Last-Event-ID`) starts with a snapshot. `bufferMs` does not
+//!   apply (snapshots are never batched);
+//! - `bufferMs` > 0 (`updates` / `debug`): admitted events are held and sent as one
+//!   `event: batch` frame whose data is the array of their documents and whose `id:` is the
+//!   highest sequence in it, `bufferMs` after the first event held; a terminal event, a
+//!   `node.suspended` and the end of the stream flush at once.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use serde_json::Value;
+use trellis_core::event::types;
+use trellis_core::RunEvent;
+
+use super::stream::Filter;
+use crate::render::{event_doc_for, Wire};
+use crate::AppState;
+
+/// Events read from the store per round.
+const PAGE: usize = 500;
+
+fn frame(id: Option<u64>, event: &str, data: &str) -> Vec<u8> {
+    let id = id.map(|id| format!("id: {id}\n")).unwrap_or_default();
+    format!("{id}event: {event}\ndata: {data}\n\n").into_bytes()
+}
+
+/// The stream's state between chunks.
+pub(crate) struct Stream {
+    pub(crate) state: AppState,
+    pub(crate) wire: Wire,
+    pub(crate) tenant: String,
+    pub(crate) run_id: String,
+    pub(crate) filter: Filter,
+    /// The last sequence read (`None`: from the start).
+    pub(crate) cursor: Option<u64>,
+    /// Batch window (`None`: unbuffered).
+    pub(crate) buffer: Option<Duration>,
+    pub(crate) keepalive: Duration,
+    pub(crate) ends_at: Option<Instant>,
+    /// `values` mode owes a baseline snapshot (the stream was resumed).
+    pub(crate) baseline: bool,
+    /// Held event documents, the highest sequence among them, and when they are due.
+    pub(crate) held: Vec<Value>,
+    pub(crate) held_last: u64,
+    pub(crate) flush_at: Option<Instant>,
+    /// The terminal event has been read: close once what is held is sent.
+    pub(crate) done: bool,
+    /// Nothing more will be sent.
+    pub(crate) closed: bool,
+}
+
+impl Stream {
+    /// The held events as one `batch` frame, if any are held.
+    fn take_batch(&mut self) -> Option<Vec<u8>> {
+        if self.held.is_empty() {
+            return None;
+        }
+        let data = Value::Array(std::mem::take(&mut self.held)).to_string();
+        self.flush_at = None;
+        Some(frame(Some(self.held_last), "batch", &data))
+    }
+
+    /// The run's snapshot frame, read now.
+    async fn snapshot_frame(&self) -> Option<Vec<u8>> {
+        let run = self.state.services.get_run(&self.tenant, &self.run_id).await.ok()?;
+        let doc = super::runs::run_document(self.wire, &self.state, &run);
+        Some(frame(self.cursor, "state.snapshot", &doc.to_string()))
+    }
+
+    /// The next chunk of bytes: frames, a keep-alive, or `None` to close.
+    pub(crate) async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.closed {
+            return None;
+        }
+        let notifier = self.state.services.notifier.clone();
+        let quiet_since = Instant::now();
+        loop {
+            if self.done || self.ends_at.is_some_and(|end| Instant::now() >= end) {
+                self.closed = true;
+                return self.take_batch().map(Bytes::from);
+            }
+            let seen = notifier.generation();
+            let read = self.state.services.events(&self.tenant, &self.run_id, self.cursor, PAGE).await;
+            let Ok((run, events)) = read else {
+                self.closed = true;
+                return self.take_batch().map(Bytes::from);
+            };
+            let mut chunk = self.admit(&events);
+            let admitted = chunk.admitted;
+            if let Some(last) = events.last() {
+                self.cursor = Some(last.sequence);
+            }
+            if self.filter == Filter::Values && (admitted || self.baseline) {
+                self.baseline = false;
+                match self.snapshot_frame().await {
+                    Some(snapshot) => chunk.bytes.extend(snapshot),
+                    None => self.closed = true,
+                }
+            }
+            if chunk.flush || self.flush_at.is_some_and(|at| Instant::now() >= at) {
+                if let Some(batch) = self.take_batch() {
+                    chunk.bytes.extend(batch);
+                }
+            }
+            if !chunk.bytes.is_empty() {
+                return Some(Bytes::from(chunk.bytes));
+            }
+            if self.closed {
+                return None;
+            }
+            if self.done || !events.is_empty() {
+                continue;
+            }
+            if run.status.is_terminal() {
+                // Resumed past the terminal event: nothing more will come.
+                self.done = true;
+                continue;
+            }
+            let elapsed = quiet_since.elapsed();
+            if elapsed >= self.keepalive {
+                return Some(Bytes::from_static(b":keepalive\n\n"));
+            }
+            let now = Instant::now();
+            let mut wait = self.keepalive - elapsed;
+            for deadline in [self.ends_at, self.flush_at].into_iter().flatten() {
+                wait = wait.min(deadline.saturating_duration_since(now));
+            }
+            if !wait.is_zero() {
+                notifier.wait(seen, wait).await;
+            }
+        }
+    }
+
+    /// Frames (or holds) the admitted events of one read.
+    fn admit(&mut self, events: &[RunEvent]) -> Admitted {
+        let mut out = Admitted::default();
+        for event in events {
+            if self.filter.admits(&event.event_type) {
+                out.admitted = true;
+                match (self.filter, self.buffer) {
+                    (Filter::Values, _) => {}
+                    (_, Some(window)) => {
+                        self.held.push(event_doc_for(self.wire, &self.tenant, &self.run_id, event));
+                        self.held_last = event.sequence;
+                        self.flush_at.get_or_insert_with(|| Instant::now() + window);
+                        out.flush |= event.event_type == types::NODE_SUSPENDED;
+                    }
+                    (_, None) => {
+                        let data = event_doc_for(self.wire, &self.tenant, &self.run_id, event).to_string();
+                        out.bytes.extend(frame(Some(event.sequence), &event.event_type, &data));
+                    }
+                }
+            }
+            if types::is_terminal(&event.event_type) {
+                self.done = true;
+                out.flush = true;
+            }
+        }
+        out
+    }
+}
+
+/// What one read produced.
+#[derive(Default)]
+struct Admitted {
+    bytes: Vec<u8>,
+    admitted: bool,
+    flush: bool,
+}
