@@ -18,6 +18,7 @@ use trellis_worker::{run_loop, CrashPoint, LocalNotifier, SystemClock, WorkerOpt
 
 use crate::args::ServeArgs;
 use crate::keys;
+use crate::serve::ConnectionSettings;
 
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +64,9 @@ pub struct HostOptions {
     /// Accept runs but hold the worker until [`EmbeddedHost::start_worker`] (tests use it to
     /// act on a run whose first step is still in flight).
     pub hold_worker: bool,
+    /// Connection limit and read timeouts (`--max-connections`; the timeouts are fixed
+    /// outside tests).
+    pub connections: ConnectionSettings,
 }
 
 /// A running embedded host.
@@ -128,15 +132,7 @@ impl EmbeddedHost {
         let (worker, held): (_, Option<HeldWorker>) =
             if options.hold_worker { (None, Some(Box::new(spawn_worker))) } else { (Some(spawn_worker()), None) };
         let app = router(state);
-        let mut stop_server = stop;
-        let server = tokio::spawn(async move {
-            let graceful = async move {
-                let _ = stop_server.wait_for(|stopped| *stopped).await;
-            };
-            if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(graceful).await {
-                warn!(%error, "the HTTP server stopped with an error");
-            }
-        });
+        let server = tokio::spawn(crate::serve::serve(listener, app, options.connections, stop));
         info!(%addr, fixtures = fixtures.len(), "trellis is serving");
         Ok(Self { addr, dev_key, fixtures, shutdown, server, worker, held })
     }

@@ -7,3 +7,4 @@
 pub mod args;
 pub mod host;
 pub mod keys;
+pub mod serve;

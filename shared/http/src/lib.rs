@@ -84,5 +84,21 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), idempotency::layer))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::map_response(error::envelope_layer))
+        .layer(axum::middleware::from_fn(keep_route_template))
         .with_state(state)
+}
+
+/// Copies the matched route template (`/v1/interrupts/{token}`, never the raw path with its
+/// ids and tokens) into the response's extensions, for the host's access log. Unmatched
+/// requests (the fallback) carry none.
+async fn keep_route_template(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let matched = request.extensions().get::<axum::extract::MatchedPath>().cloned();
+    let mut response = next.run(request).await;
+    if let Some(matched) = matched {
+        response.extensions_mut().insert(matched);
+    }
+    response
 }
