@@ -5,6 +5,7 @@ mod children;
 mod control;
 mod create;
 mod idempotency;
+mod seam_dispatch;
 mod seams;
 mod workflows;
 
@@ -24,6 +25,7 @@ pub use children::{ChildStart, MAX_CHILD_DEPTH};
 pub(crate) use create::new_run;
 pub use create::{CreateOutcome, IdempotencyKey};
 pub use idempotency::Begin;
+pub use seam_dispatch::{logical_invocation_id, PerItemRequest, CLAIM_ENDPOINT};
 pub use workflows::{ListedWorkflow, LoadReport};
 
 /// How many times a use case re-reads and re-decides after losing a version race.

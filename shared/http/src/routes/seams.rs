@@ -5,7 +5,14 @@
 //! - `POST /v1/host/sample/test/capability-toggle` `{name, value: bool|null}` or `{reset: true}`
 //!   → `200 {overlay}`: switches `agents.dispatchMapping`, `subWorkflow.inputMapping` or
 //!   `dispatch.perItemInput` off (or on) for discovery, registration and new runs; kept in the
-//!   store, so every process agrees;
+//!   store, so every process agrees. `{name: <any other>, value: null}` clears nothing: `200`;
+//! - `POST /v1/host/sample/dispatch/per-item` `{nextWorkerIds, nextWorkerInputs?, inputMapping?,
+//!   replay?}` → `200 {children: [{index, workflowId, childRunId, inputs}], decision, replayed?}`
+//!   (seams §25, RFC 0126): the decision through the engine's dispatch, in memory; a refused
+//!   decision is `400 validation_error` with `details.children: []`;
+//! - `POST /v1/host/sample/test/idempotency/concurrent-claim` `{executors: 2..=16}` →
+//!   `200 {logicalInvocationId, mintedIds, attempted, delivered}` (RFC 0150 §B): the executors
+//!   race the store's atomic claim on one id; exactly one wins; the claim is released;
 //! - `POST /v1/host/sample/workflows` `{workflowId, nodes: [{nodeId, typeId, config}], …}` →
 //!   `201` (registration in the caller's tenant, test-harness spelling accepted);
 //! - `POST /v1/host/sample/test/runs/{runId}/variables` `{variables: {…}}` → `200` with the
@@ -17,6 +24,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+
+use trellis_core::capabilities::Toggle;
+use trellis_core::service::{logical_invocation_id, PerItemRequest};
 
 use super::json_body;
 use crate::auth::{Caller, Scope};
@@ -50,6 +60,12 @@ pub(crate) async fn capability_toggle(
     let name = fields.get("name").and_then(Value::as_str);
     if !reset && name.is_none() {
         return Err(ApiError::validation("the body is `{name, value}` or `{reset: true}`"));
+    }
+    // Clearing a switch that cannot exist is a no-op (the suite probes the seam this way).
+    if let (Some(name), Some(Value::Null)) = (name, fields.get("value")) {
+        if !reset && Toggle::parse(name).is_none() {
+            return Ok(Json(json!({ "overlay": state.services.capability_overlay().await? })));
+        }
     }
     let value = match fields.get("value") {
         None | Some(Value::Null) => None,
@@ -88,4 +104,100 @@ pub(crate) async fn set_variables(
     };
     let run = state.services.set_run_variables(caller.tenant(), &run_id, variables).await?;
     Ok(Json(json!({ "runId": run.run_id, "variables": run.variables })))
+}
+
+/// Fields the per-item seam accepts.
+const PER_ITEM_FIELDS: [&str; 4] = ["nextWorkerIds", "nextWorkerInputs", "inputMapping", "replay"];
+
+/// `POST /v1/host/sample/dispatch/per-item`.
+pub(crate) async fn per_item_dispatch(
+    caller: Caller,
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    gate(&caller, &state)?;
+    let mut fields = object_body(&body)?;
+    if let Some(unknown) = fields.keys().find(|key| !PER_ITEM_FIELDS.contains(&key.as_str())) {
+        return Err(ApiError::validation(format!("`{unknown}` is not a field of this seam"))
+            .with_details(json!({ "field": unknown, "allowed": PER_ITEM_FIELDS })));
+    }
+    let input_mapping = match fields.remove("inputMapping") {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(mapping)) => mapping,
+        Some(_) => {
+            return Err(ApiError::validation("`inputMapping` must be an object")
+                .with_details(json!({ "field": "inputMapping" })))
+        }
+    };
+    let replay = match fields.remove("replay") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(replay)) => replay,
+        Some(_) => {
+            return Err(ApiError::validation("`replay` must be a boolean").with_details(json!({ "field": "replay" })))
+        }
+    };
+    let mut decision = json!({ "kind": "next-worker" });
+    for (key, value) in fields {
+        decision[key] = value;
+    }
+    let request = PerItemRequest { decision, input_mapping, replay };
+    Ok(Json(state.services.per_item_dispatch(&caller.principal, request).await?))
+}
+
+/// Most executors one concurrent-claim probe races.
+const MAX_EXECUTORS: u64 = 16;
+
+/// `POST /v1/host/sample/test/idempotency/concurrent-claim`.
+pub(crate) async fn concurrent_claim(
+    caller: Caller,
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    gate(&caller, &state)?;
+    let fields = object_body(&body)?;
+    let executors = match fields.get("executors") {
+        None => 2,
+        Some(value) => value.as_u64().filter(|n| (2..=MAX_EXECUTORS).contains(n)).ok_or_else(|| {
+            ApiError::validation(format!("`executors` must be an integer from 2 to {MAX_EXECUTORS}"))
+                .with_details(json!({ "field": "executors", "minimum": 2, "maximum": MAX_EXECUTORS }))
+        })?,
+    } as usize;
+    let tenant = caller.tenant().to_owned();
+    let identity = state.services.new_invocation_identity(&tenant);
+    // Every executor starts at the barrier, mints the id from the shared identity and claims.
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(executors));
+    let mut tasks = Vec::with_capacity(executors);
+    for _ in 0..executors {
+        let (services, barrier, tenant, identity) =
+            (state.services.clone(), barrier.clone(), tenant.clone(), identity.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let minted = logical_invocation_id(&identity);
+            let won = services.claim_invocation(&tenant, &minted).await;
+            (minted, won)
+        }));
+    }
+    let mut minted_ids = Vec::with_capacity(executors);
+    let mut delivered = 0;
+    let mut failure = None;
+    for task in tasks {
+        let (minted, won) = task.await.map_err(|_| ApiError::from(trellis_core::ServiceError::Internal))?;
+        match won {
+            Ok(true) => delivered += 1,
+            Ok(false) => {}
+            Err(error) => failure = Some(error),
+        }
+        minted_ids.push(minted);
+    }
+    let id = logical_invocation_id(&identity);
+    state.services.release_invocation(&tenant, &id).await?;
+    if let Some(error) = failure {
+        return Err(error.into());
+    }
+    Ok(Json(json!({
+        "logicalInvocationId": id,
+        "mintedIds": minted_ids,
+        "attempted": executors,
+        "delivered": delivered,
+    })))
 }
