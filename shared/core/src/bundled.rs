@@ -15,6 +15,10 @@ pub const FIXTURES: &[(&str, &str)] = &[
     ("conformance-idempotent.json", include_str!("../../../conformance/fixtures/conformance-idempotent.json")),
     ("conformance-multi-node.json", include_str!("../../../conformance/fixtures/conformance-multi-node.json")),
     ("conformance-failure.json", include_str!("../../../conformance/fixtures/conformance-failure.json")),
+    (
+        "conformance-capability-missing.json",
+        include_str!("../../../conformance/fixtures/conformance-capability-missing.json"),
+    ),
     ("conformance-identity.json", include_str!("../../../conformance/fixtures/conformance-identity.json")),
     ("conformance-cap-breach.json", include_str!("../../../conformance/fixtures/conformance-cap-breach.json")),
     (

@@ -311,4 +311,6 @@ mod orchestration_tests;
 #[cfg(test)]
 mod pause_tests;
 #[cfg(test)]
+mod requires_tests;
+#[cfg(test)]
 mod tests;

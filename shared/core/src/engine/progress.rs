@@ -141,6 +141,10 @@ impl<'a> Transition<'a> {
             json!({ "nodeId": node_id, "typeId": definition.type_id, "attempt": 1 }),
         );
         let outcome = match nodes::kind(&definition.type_id) {
+            Some(kind) if nodes::requires::missing_requirement(kind).is_some() => {
+                let capability = nodes::requires::missing_requirement(kind).unwrap_or_default();
+                NodeOutcome::Failed(nodes::requires::not_provided(node_id, capability))
+            }
             Some(kind) => match self.resolve_inputs(&definition.inputs) {
                 Ok(inputs) => kind.execute(&NodeContext {
                     node_id,

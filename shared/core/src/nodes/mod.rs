@@ -9,6 +9,7 @@ mod gates;
 mod identity;
 mod noop;
 mod orchestration;
+pub mod requires;
 pub mod subworkflow;
 
 use serde_json::{Map, Value};
@@ -65,6 +66,11 @@ pub trait NodeKind: Sync {
         let _ = (node_id, config);
         Ok(())
     }
+    /// The runtime capabilities the node needs (`requires`); one the host does not provide
+    /// fails the node with `capability_not_provided` before it executes.
+    fn requires(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Runs the node.
     fn execute(&self, context: &NodeContext<'_>) -> NodeOutcome;
 }
@@ -81,6 +87,7 @@ static KINDS: &[&dyn NodeKind] = &[
     &gates::Interrupt,
     &orchestration::Supervisor,
     &orchestration::Dispatch,
+    &requires::RequiresMissing,
 ];
 
 /// The kind implementing `type_id`, if this host runs it.
