@@ -190,6 +190,7 @@ async fn approval_figures(
             interrupt_id: None,
             value: json!({"action": "accept"}),
             resolver: Resolver::Principal("bench".into()),
+            prior_vote: None,
         };
         app.services.resolve_interrupt(Some("bench"), run_id, resolution).await.expect("resolve");
     }

@@ -89,6 +89,15 @@ pub enum StoreError {
     /// cannot succeed.
     #[error("storage limit exceeded: {0}")]
     LimitExceeded(String),
+    /// A commit's new state does not carry the next version (`expected + 1`): a caller bug,
+    /// refused before anything is written; retrying cannot succeed.
+    #[error("a commit from version {expected} must write version {}, not {found}", .expected + 1)]
+    VersionSkip {
+        /// The version the commit expected to replace.
+        expected: u64,
+        /// The version the new state carries.
+        found: u64,
+    },
 }
 
 /// The error of a use case, as callers see it. Each variant has a stable code.
@@ -175,7 +184,7 @@ impl From<StoreError> for ServiceError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Conflict | StoreError::Unavailable(_) => Self::Unavailable,
-            StoreError::Corrupt(_) | StoreError::LimitExceeded(_) => Self::Internal,
+            StoreError::Corrupt(_) | StoreError::LimitExceeded(_) | StoreError::VersionSkip { .. } => Self::Internal,
         }
     }
 }

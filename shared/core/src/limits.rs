@@ -1,6 +1,14 @@
 //! Host-wide limits. Every limit advertised in discovery is enforced: request bodies by the
 //! HTTP layer, node executions and run duration by the engine.
 
+/// How long a finished `Idempotency-Key` answer is kept (discovery's
+/// `idempotency.layer1RetentionSeconds`): past it the key is free again, and both stores
+/// delete the record (SQLite in bounded batches, DynamoDB by TTL on `expires_at`).
+pub const IDEMPOTENCY_RETENTION_SECONDS: u64 = 86_400;
+
+/// [`IDEMPOTENCY_RETENTION_SECONDS`] in milliseconds.
+pub const IDEMPOTENCY_RETENTION_MS: u64 = IDEMPOTENCY_RETENTION_SECONDS * 1000;
+
 /// The limits this host enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostLimits {

@@ -1,6 +1,12 @@
-//! The ports: what the engine's use cases need from the outside world. Adapters (the SQLite
-//! store, later DynamoDB and SQS) implement them; every store passes one shared contract
-//! test suite.
+//! The ports: what the engine's use cases need from the outside world.
+//!
+//! - [`WorkflowStore`], [`RunStore`] and [`HostSettings`] (together [`Store`]): implemented by
+//!   `trellis-store-sqlite` (embedded) and `trellis-store-dynamodb` (AWS); both pass the shared
+//!   contract suite in `trellis_core::testing` (feature `test-util`);
+//! - [`EffectSink`]: where committed effects go — the SQLite task table ([`LocalQueue`], also
+//!   the embedded outbox) or SQS (`trellis-aws`);
+//! - [`Clock`], [`IdGenerator`] and [`Notifier`]: time, run ids and commit wake-ups, injected
+//!   so the use cases stay deterministic under test.
 
 use std::time::Duration;
 
@@ -10,6 +16,7 @@ use serde_json::Value;
 use crate::engine::Effect;
 use crate::error::StoreError;
 use crate::event::RunEvent;
+use crate::interrupt::Vote;
 use crate::run::{RunState, RunStatus};
 use crate::timefmt::Millis;
 
@@ -54,11 +61,13 @@ pub trait WorkflowStore: Send + Sync {
         workflow_id: &str,
         version: &str,
     ) -> Result<Option<StoredWorkflow>, StoreError>;
-    /// Ids of every workflow in `namespace`.
+    /// Ids of every workflow in `namespace`, sorted (a keyed read, never a table scan).
     async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError>;
 }
 
-/// A finished response kept for an `Idempotency-Key`.
+/// A finished response kept for an `Idempotency-Key`, for
+/// [`crate::limits::IDEMPOTENCY_RETENTION_SECONDS`] after `created_at`: past that a store
+/// treats it as absent (the key can be used afresh) and deletes it in time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IdempotencyRecord {
     /// Tenant of the credential that sent the request.
@@ -116,7 +125,10 @@ pub trait RunStore: Send + Sync {
     /// The run's current state.
     async fn load_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError>;
     /// Replaces the run's state if its stored version is `expected_version`, appends
-    /// `events` and enqueues `effects`, atomically. [`StoreError::Conflict`] otherwise.
+    /// `events`, records the votes they cast ([`crate::interrupt::counted_vote`]; a voter's
+    /// later vote replaces the earlier) and enqueues `effects`, atomically.
+    /// [`StoreError::Conflict`] when the stored version moved;
+    /// [`StoreError::VersionSkip`] when `run.version` is not `expected_version + 1`.
     async fn commit(
         &self,
         run: &RunState,
@@ -126,16 +138,13 @@ pub trait RunStore: Send + Sync {
     ) -> Result<(), StoreError>;
     /// Events with `sequence > after` (all when `None`), in order, at most `limit`.
     async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError>;
-    /// The finished record for `(tenant, endpoint, key)`, if any.
-    async fn find_idempotency(
-        &self,
-        tenant: &str,
-        endpoint: &str,
-        key: &str,
-    ) -> Result<Option<IdempotencyRecord>, StoreError>;
+    /// The vote `voter` cast on interrupt occurrence `interrupt_id` of `run_id`, if any: one
+    /// keyed read, however many votes the occurrence has.
+    async fn vote(&self, run_id: &str, interrupt_id: &str, voter: &str) -> Result<Option<Vote>, StoreError>;
     /// Atomically claims `(tenant, endpoint, key)` for a request with `request_digest`: creates
     /// a pending record leased until `lease_until`, or takes over one whose lease ended at
-    /// `now`; otherwise reports the finished record or the claim in flight.
+    /// `now` or a finished one older than the retention at `now`; otherwise reports the
+    /// finished record or the claim in flight.
     async fn claim_idempotency(
         &self,
         tenant: &str,

@@ -1,6 +1,10 @@
 //! Test support shared by every adapter: fixture builders and the store contract suite.
 //! Each store adapter runs [`store_contract`] against itself, so both backends are held to
-//! the same behaviour.
+//! the same behaviour. The concurrency checks ([`races`]) race spawned tasks and need a
+//! multi-thread tokio runtime; [`retention`] checks idempotency expiry with explicit times.
+
+mod races;
+mod retention;
 
 use std::sync::Arc;
 
@@ -62,7 +66,12 @@ fn record(key: &str, digest: &str, body: Value) -> IdempotencyRecord {
 pub async fn store_contract(store: Arc<dyn Store>) {
     create_then_load_round_trips(store.clone()).await;
     commit_is_guarded_by_version(store.clone()).await;
-    concurrent_writers_one_wins(store.clone()).await;
+    commit_must_write_the_next_version(store.clone()).await;
+    races::concurrent_writers_one_wins(store.clone()).await;
+    races::concurrent_claims_one_wins(store.clone()).await;
+    races::concurrent_keyed_creates_write_once(store.clone()).await;
+    retention::idempotency_records_expire(store.clone()).await;
+    votes_are_stored_by_voter(store.clone()).await;
     idempotent_create_writes_once(store.clone()).await;
     workflows_are_versioned_by_content(store.clone()).await;
     idempotency_claims_are_exclusive(store.clone()).await;
@@ -119,36 +128,35 @@ async fn interrupts_and_votes_are_durable_and_one_resolution_wins(store: Arc<dyn
             interrupt_id: None,
             value: json!({"action": "accept", "voter": voter}),
             resolver: Resolver::Principal("contract".into()),
+            prior_vote: None,
         })
     };
     let (state, expected, outcome) = commit(vote("first"), 1_002);
     store.commit(&state, expected, &outcome.events, &outcome.effects).await.unwrap();
     let loaded = store.load_run("run-q").await.unwrap().unwrap();
-    assert_eq!(loaded, state, "the occurrence and its vote round-trip");
+    assert_eq!(loaded, state, "the occurrence and its tally round-trip");
     assert!(listed(&store, RunStatus::WaitingApproval).await, "listed as waiting");
-    assert_eq!(loaded.interrupts[0].votes[0].voter, "first");
+    assert_eq!(loaded.interrupts[0].tally(), (1, 0));
+    let interrupt_id = loaded.interrupts[0].id.clone();
+    let first = store.vote("run-q", &interrupt_id, "first").await.unwrap().expect("the vote is stored by voter");
+    assert_eq!((first.action.as_str(), first.at), ("accept", 1_002));
 
     let mut racers = Vec::new();
     for voter in 0..8 {
         let mut mine = loaded.clone();
         let outcome = engine::apply(&workflow, &mut mine, vote(&format!("second-{voter}")), 1_003);
         mine.version = loaded.version + 1;
-        let store = store.clone();
-        let expected = loaded.version;
-        racers.push(async move { store.commit(&mine, expected, &outcome.events, &outcome.effects).await });
+        racers.push((mine, loaded.version, outcome.events, outcome.effects));
     }
-    let mut wins = 0;
-    for racer in racers {
-        match racer.await {
-            Ok(()) => wins += 1,
-            Err(StoreError::Conflict) => {}
-            Err(other) => panic!("unexpected {other:?}"),
-        }
-    }
-    assert_eq!(wins, 1, "one resolution commits");
+    assert_eq!(races::commits_racing(&store, racers).await, 1, "one resolution commits");
     let resolved = store.load_run("run-q").await.unwrap().unwrap();
     assert!(matches!(resolved.interrupts[0].state, InterruptState::Resolved { .. }));
-    assert_eq!(resolved.interrupts[0].votes.len(), 2);
+    assert_eq!(resolved.interrupts[0].tally(), (2, 0));
+    let mut stored = 0;
+    for voter in 0..8 {
+        stored += usize::from(store.vote("run-q", &interrupt_id, &format!("second-{voter}")).await.unwrap().is_some());
+    }
+    assert_eq!(stored, 1, "only the winning commit's vote is stored");
     let events = store.events_after("run-q", None, 100).await.unwrap();
     assert_eq!(events.iter().filter(|e| e.event_type == "interrupt.resolved").count(), 1);
     assert!(events.iter().enumerate().all(|(i, e)| e.sequence == i as u64), "contiguous");
@@ -202,7 +210,6 @@ async fn idempotency_claims_are_exclusive(store: Arc<dyn Store>) {
         store.claim_idempotency(t, e, "k", "d1", 200, 1_200).await.unwrap(),
         IdempotencyClaim::InFlight { request_digest: "d1".into() }
     );
-    assert!(store.find_idempotency(t, e, "k").await.unwrap().is_none(), "a pending claim is not an answer");
     let mut answer = record("k", "d1", json!({"status": "cancelled"}));
     answer.endpoint = e.into();
     answer.status = 200;
@@ -278,27 +285,44 @@ async fn commit_is_guarded_by_version(store: Arc<dyn Store>) {
     assert_eq!(limited[0].sequence, 1);
 }
 
-async fn concurrent_writers_one_wins(store: Arc<dyn Store>) {
-    let (workflow, run) = started(&store, "run-c").await;
-    let mut attempts = Vec::new();
-    for writer in 0..8u64 {
-        let store = store.clone();
-        let mut mine = run.clone();
-        let outcome =
-            engine::apply(&workflow, &mut mine, Input::Cancel { reason: Some(format!("writer {writer}")) }, 1_002);
-        mine.version = 2;
-        attempts.push(async move { store.commit(&mine, 1, &outcome.events, &outcome.effects).await });
+/// A commit whose state does not carry `expected + 1` is refused as a typed error and
+/// writes nothing.
+async fn commit_must_write_the_next_version(store: Arc<dyn Store>) {
+    let (workflow, mut run) = started(&store, "run-skip").await;
+    let outcome = engine::apply(&workflow, &mut run, Input::Step { node_id: "a".into(), activation: 1 }, 1_001);
+    for wrong in [1, 3] {
+        run.version = wrong;
+        let refused = store.commit(&run, 1, &outcome.events, &outcome.effects).await;
+        assert_eq!(refused, Err(StoreError::VersionSkip { expected: 1, found: wrong }));
     }
-    let mut wins = 0;
-    for attempt in attempts {
-        match attempt.await {
-            Ok(()) => wins += 1,
-            Err(StoreError::Conflict) => {}
-            Err(other) => panic!("unexpected {other:?}"),
-        }
-    }
-    assert_eq!(wins, 1);
-    assert_eq!(store.load_run("run-c").await.unwrap().unwrap().version, 2);
+    assert_eq!(store.load_run("run-skip").await.unwrap().unwrap().version, 1, "nothing written");
+    assert_eq!(store.events_after("run-skip", None, 100).await.unwrap().len(), 1);
+}
+
+/// The votes a commit's `approval.received` events cast are stored by `(run, occurrence,
+/// voter)`; a later vote of the same voter replaces the earlier; a refine is not a vote.
+async fn votes_are_stored_by_voter(store: Arc<dyn Store>) {
+    let (_, run) = started(&store, "run-votes").await;
+    let received = |sequence: u64, voter: &str, action: &str, at: u64| crate::event::RunEvent {
+        sequence,
+        event_type: crate::event::types::APPROVAL_RECEIVED.into(),
+        node_id: Some("gate".into()),
+        payload: json!({"nodeId": "gate", "interruptId": "int-v", "action": action, "decidedBy": "key", "voter": voter}),
+        timestamp: at,
+        causation: None,
+    };
+    let mut next = run.clone();
+    (next.version, next.next_sequence) = (2, 3);
+    let events = [received(1, "alice", "accept", 2_000), received(2, "bob", "refine", 2_000)];
+    store.commit(&next, 1, &events, &[]).await.unwrap();
+    let mut last = next.clone();
+    (last.version, last.next_sequence) = (3, 4);
+    store.commit(&last, 2, &[received(3, "alice", "reject", 3_000)], &[]).await.unwrap();
+    let alice = store.vote("run-votes", "int-v", "alice").await.unwrap().expect("stored");
+    assert_eq!((alice.action.as_str(), alice.decided_by.as_str(), alice.at), ("reject", "key", 3_000));
+    assert_eq!(store.vote("run-votes", "int-v", "bob").await.unwrap(), None, "a refine is not a vote");
+    assert_eq!(store.vote("run-votes", "int-other", "alice").await.unwrap(), None);
+    assert_eq!(store.vote("run-missing", "int-v", "alice").await.unwrap(), None);
 }
 
 async fn idempotent_create_writes_once(store: Arc<dyn Store>) {
@@ -316,7 +340,8 @@ async fn idempotent_create_writes_once(store: Arc<dyn Store>) {
         other => panic!("expected the existing record, got {other:?}"),
     }
     assert_eq!(store.load_run("run-i2").await.unwrap(), None, "a replayed create writes no run");
-    assert!(store.find_idempotency("t2", "POST /v1/runs", "k").await.unwrap().is_none(), "records are per tenant");
+    let other_tenant = store.claim_idempotency("t2", "POST /v1/runs", "k", "d1", 1_000, 2_000).await.unwrap();
+    assert_eq!(other_tenant, IdempotencyClaim::Claimed, "records are per tenant");
 }
 
 async fn tasks_lease_release_and_ack(store: Arc<dyn LocalQueue>) {

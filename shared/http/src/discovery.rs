@@ -91,8 +91,11 @@ impl Discovery {
             "maxFanOut": trellis_core::engine::MAX_FAN_OUT,
             "perItemInput": true,
         });
-        document["idempotency"] =
-            json!({ "supported": true, "layer1RetentionSeconds": 86_400, "crossRegion": "single-region" });
+        document["idempotency"] = json!({
+            "supported": true,
+            "layer1RetentionSeconds": trellis_core::limits::IDEMPOTENCY_RETENTION_SECONDS,
+            "crossRegion": "single-region",
+        });
         // Stream modes served on `GET /v1/runs/{runId}/events` (`messages` is not: no node
         // here streams model tokens) and the `bufferMs` range that batches frames.
         document["streaming"] = json!({

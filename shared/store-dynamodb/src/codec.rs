@@ -4,13 +4,34 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use trellis_core::engine::Effect;
+use trellis_core::interrupt::Vote;
+use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
 use trellis_core::ports::{IdempotencyRecord, StoredWorkflow};
 use trellis_core::{RunEvent, RunState, StoreError};
 
 use crate::keys::{
-    idempotency_pk, marker_sk, page_sk, run_pk, tenant_gsi_pk, tenant_gsi_sk, workflow_pk, workflow_sk, IDEMPOTENCY_SK,
-    PK, SK, STATE_SK,
+    idempotency_pk, marker_sk, page_sk, run_pk, tenant_gsi_pk, tenant_gsi_sk, vote_sk, workflow_directory_pk,
+    workflow_pk, workflow_sk, IDEMPOTENCY_SK, PK, SK, STATE_SK, WORKFLOW_ENTRY_PREFIX,
 };
+
+/// The item format this build writes (`format`): 2 since votes are items of their own and a
+/// run's state keeps a tally. Items without the attribute are format 1 (their states may
+/// carry votes, which still count); a newer format is refused rather than misread.
+pub(crate) const FORMAT: u64 = 2;
+
+fn check_format(item: &Item) -> Result<(), StoreError> {
+    let format = get_n(item, "format").unwrap_or(1);
+    if format > FORMAT {
+        return Err(StoreError::Corrupt(format!("item format {format}; this build reads format {FORMAT} and older")));
+    }
+    Ok(())
+}
+
+/// The TTL attribute of an idempotency record: its creation plus the retention, in epoch
+/// seconds (DynamoDB deletes it some time after; lookups ignore it from then on).
+fn idempotency_expiry(created_at: u64) -> AttributeValue {
+    n(created_at.saturating_add(IDEMPOTENCY_RETENTION_MS) / 1000)
+}
 
 /// A DynamoDB item.
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -85,7 +106,42 @@ pub(crate) fn page_item(
     }
     item.insert("written_at".into(), n(written_at));
     item.insert("expires_at".into(), n(expires_at));
+    item.insert("format".into(), n(FORMAT));
     Ok(item)
+}
+
+/// The key of `voter`'s vote on occurrence `interrupt_id` of `run_id`.
+pub(crate) fn vote_key(run_id: &str, interrupt_id: &str, voter: &str) -> Item {
+    keyed(run_pk(run_id), vote_sk(interrupt_id, voter))
+}
+
+/// A vote item; it expires with its run.
+pub(crate) fn vote_item(run_id: &str, interrupt_id: &str, vote: &Vote, expires_at: u64) -> Item {
+    let mut item = vote_key(run_id, interrupt_id, &vote.voter);
+    item.insert("voter".into(), s(&vote.voter));
+    item.insert("action".into(), s(&vote.action));
+    item.insert("decided_by".into(), s(&vote.decided_by));
+    item.insert("at".into(), n(vote.at));
+    item.insert("expires_at".into(), n(expires_at));
+    item.insert("format".into(), n(FORMAT));
+    item
+}
+
+pub(crate) fn decode_vote(item: &Item) -> Result<Vote, StoreError> {
+    check_format(item)?;
+    Ok(Vote {
+        voter: get_s(item, "voter")?.to_owned(),
+        action: get_s(item, "action")?.to_owned(),
+        decided_by: get_s(item, "decided_by")?.to_owned(),
+        at: get_n(item, "at")?,
+    })
+}
+
+/// The directory item that lists `workflow_id` under its namespace.
+pub(crate) fn workflow_directory_item(namespace: &str, workflow_id: &str) -> Item {
+    let mut item = keyed(workflow_directory_pk(namespace), format!("{WORKFLOW_ENTRY_PREFIX}{workflow_id}"));
+    item.insert("workflow_id".into(), s(workflow_id));
+    item
 }
 
 /// A decoded page.
@@ -105,6 +161,7 @@ impl Page {
 }
 
 pub(crate) fn decode_page(item: &Item) -> Result<Page, StoreError> {
+    check_format(item)?;
     let effects = match item.get("effects").and_then(|value| value.as_s().ok()) {
         Some(text) => parse(text)?,
         None => Vec::new(),
@@ -138,6 +195,7 @@ pub(crate) fn pending_item(tenant: &str, endpoint: &str, key: &str, digest: &str
     item.insert("state".into(), s("pending"));
     item.insert("lease_until".into(), n(lease_until));
     item.insert("created_at".into(), n(now));
+    item.insert("expires_at".into(), idempotency_expiry(now));
     item
 }
 
@@ -151,6 +209,7 @@ pub(crate) fn completed_item(record: &IdempotencyRecord) -> Result<Item, StoreEr
     item.insert("status".into(), n(u64::from(record.status)));
     item.insert("body".into(), s(json(&record.body)?));
     item.insert("created_at".into(), n(record.created_at));
+    item.insert("expires_at".into(), idempotency_expiry(record.created_at));
     Ok(item)
 }
 

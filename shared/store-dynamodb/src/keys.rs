@@ -40,12 +40,21 @@ pub(crate) fn workflow_pk(namespace: &str, workflow_id: &str) -> String {
     format!("WF#{namespace}#{workflow_id}")
 }
 
-pub(crate) fn workflow_prefix(namespace: &str) -> String {
-    format!("WF#{namespace}#")
-}
-
 pub(crate) fn workflow_sk(content_hash: &str) -> String {
     format!("H#{content_hash}")
+}
+
+/// The partition listing the workflow ids of a namespace (one item per id).
+pub(crate) fn workflow_directory_pk(namespace: &str) -> String {
+    format!("WFDIR#{namespace}")
+}
+
+/// Sort keys of the directory entries.
+pub(crate) const WORKFLOW_ENTRY_PREFIX: &str = "ID#";
+
+/// A vote, in its run's partition: by occurrence and (hashed, so any voter string fits) voter.
+pub(crate) fn vote_sk(interrupt_id: &str, voter: &str) -> String {
+    format!("VOTE#{interrupt_id}#{}", hex::encode(Sha256::digest(voter.as_bytes())))
 }
 
 pub(crate) fn tenant_gsi_pk(tenant: &str) -> String {

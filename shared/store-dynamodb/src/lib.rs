@@ -10,8 +10,10 @@
 //! | commit page         | `RUN#<runId>`                          | `V#<version:020>`      | the state after the commit, its events and its effects; **the commit point** |
 //! | "sent" marker       | `RUN#<runId>`                          | `S#<version:020>`      | the page's effects reached their queues |
 //! | run item            | `RUN#<runId>`                          | `STATE`                | tenant, status, creation time, `gsi1pk`/`gsi1sk` for listing; rewritten on status transitions only |
-//! | idempotency record  | `IDEM#<tenant>#<sha256(endpoint:key)>` | `IDEM`                 | `state` pending (leased) or completed (with the answer) |
+//! | vote                | `RUN#<runId>`                          | `VOTE#<interruptId>#<sha256(voter)>` | one approval vote; the run's state keeps the tally |
+//! | idempotency record  | `IDEM#<tenant>#<sha256(endpoint:key)>` | `IDEM`                 | `state` pending (leased) or completed (with the answer); `expires_at` = creation + retention |
 //! | workflow definition | `WF#<namespace>#<workflowId>`          | `H#<contentHash>`      | `version` label, `seq` orders versions |
+//! | workflow directory  | `WFDIR#<namespace>`                    | `<workflowId>`         | lists a namespace's ids by query |
 //!
 //! The global secondary index `runs_by_tenant` (`gsi1pk = TENANT#<tenant>`, `gsi1sk =
 //! <createdAt:020>#<runId>`) lists a tenant's runs newest first; a listed run is read from its
@@ -19,7 +21,12 @@
 //!
 //! Every item of a run carries the same `expires_at` (epoch seconds; the table's TTL
 //! attribute): creation time plus the retention period (30 days unless configured), so a
-//! run's items expire together; reads treat an expired run as gone.
+//! run's items expire together; reads treat an expired run as gone. Idempotency records
+//! carry `expires_at` too (creation plus `limits::IDEMPOTENCY_RETENTION_SECONDS`); TTL
+//! deletion is lazy, so claims and keyed creates treat an older record as absent.
+//!
+//! Pages and votes carry `format` (2: votes are items, the state keeps a tally); an item
+//! without it is format 1, still read (its state's votes still count).
 //!
 //! ## Commits
 //!
@@ -47,7 +54,7 @@ mod table;
 
 pub use meter::{Meter, Usage};
 pub use store::{DynamoStore, DEFAULT_RETENTION_DAYS};
-pub use table::{create_table, TableSpec};
+pub use table::create_table;
 
 /// Builds a DynamoDB client from the environment (region, credentials and
 /// `AWS_ENDPOINT_URL[_DYNAMODB]`), with a rustls + ring HTTPS client.

@@ -9,6 +9,8 @@ use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, Transact
 use aws_sdk_dynamodb::Client;
 use serde_json::Value;
 use trellis_core::engine::Effect;
+use trellis_core::interrupt::{counted_vote, Vote};
+use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
 use trellis_core::ports::{
     CreateResult, HostSettings, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore, StoredWorkflow,
     WorkflowStore,
@@ -447,6 +449,11 @@ impl WorkflowStore for DynamoStore {
         let item = codec::workflow_item(workflow, now.max(newest + 1))?;
         check_limits(&[&item])?;
         self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.map_err(unavailable)?;
+        // The namespace's directory entry, so listing ids is a query, not a table scan.
+        let entry = codec::workflow_directory_item(&workflow.namespace, &workflow.workflow_id);
+        let size = codec::item_size(&entry);
+        self.client.put_item().table_name(&self.table).set_item(Some(entry)).send().await.map_err(unavailable)?;
+        self.meter.write(size);
         Ok(())
     }
 
@@ -476,28 +483,14 @@ impl WorkflowStore for DynamoStore {
     }
 
     async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError> {
-        let mut ids = std::collections::BTreeSet::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .filter_expression("begins_with(pk, :prefix)")
-                .expression_attribute_values(":prefix", s(keys::workflow_prefix(namespace)))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(unavailable)?;
-            for item in page.items() {
-                ids.insert(get_s(item, "workflow_id")?.to_owned());
-            }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(ids.into_iter().collect());
-            }
-        }
+        // The directory partition of the namespace: its entries sort by id.
+        let mut ids = Vec::new();
+        self.query_prefix(keys::workflow_directory_pk(namespace), keys::WORKFLOW_ENTRY_PREFIX, true, 100, |item| {
+            ids.push(get_s(item, "workflow_id")?.to_owned());
+            Ok(false)
+        })
+        .await?;
+        Ok(ids)
     }
 }
 
@@ -513,12 +506,19 @@ impl RunStore for DynamoStore {
         let mut extra = vec![(codec::run_item(run, self.expires_at(run)), Some("attribute_not_exists(pk)"))];
         let mut values = Vec::new();
         if let Some(record) = idempotency {
+            // The caller's pending claim, or a finished record past the retention (absent,
+            // even before TTL deletes it), is replaced; a live finished record wins.
             extra.push((
                 codec::completed_item(record)?,
-                Some("attribute_not_exists(pk) OR (#st = :pending AND digest = :digest)"),
+                Some(
+                    "attribute_not_exists(pk) OR (#st = :pending AND digest = :digest) \
+                     OR (#st = :completed AND created_at <= :cutoff)",
+                ),
             ));
             values.push((":pending", s("pending")));
             values.push((":digest", s(&record.request_digest)));
+            values.push((":completed", s("completed")));
+            values.push((":cutoff", n(record.created_at.saturating_sub(IDEMPOTENCY_RETENTION_MS))));
         }
         match self.write_page(run, events, effects, extra, values).await? {
             TransactOutcome::Done => Ok(CreateResult::Created),
@@ -554,17 +554,20 @@ impl RunStore for DynamoStore {
         events: &[RunEvent],
         effects: &[Effect],
     ) -> Result<(), StoreError> {
-        if run.version != expected_version + 1 {
-            return Err(StoreError::Conflict);
+        if run.version != expected_version.saturating_add(1) {
+            return Err(StoreError::VersionSkip { expected: expected_version, found: run.version });
         }
         // A commit that changes the status (to waiting, paused, terminal — or back to
-        // running) also rewrites the run item (the listing index); plain progress writes the
-        // page alone.
-        let extra = if run.status_version == run.version {
+        // running) also rewrites the run item (the listing index); one whose events cast
+        // votes writes each vote's item; plain progress writes the page alone.
+        let mut extra = if run.status_version == run.version {
             vec![(codec::run_item(run, self.expires_at(run)), None)]
         } else {
             Vec::new()
         };
+        for (interrupt_id, vote) in events.iter().filter_map(counted_vote) {
+            extra.push((codec::vote_item(&run.run_id, &interrupt_id, &vote, self.expires_at(run)), None));
+        }
         match self.write_page(run, events, effects, extra, Vec::new()).await? {
             TransactOutcome::Done => Ok(()),
             TransactOutcome::ConditionFailed(_) => Err(StoreError::Conflict),
@@ -585,16 +588,8 @@ impl RunStore for DynamoStore {
         Ok(events)
     }
 
-    async fn find_idempotency(
-        &self,
-        tenant: &str,
-        endpoint: &str,
-        key: &str,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        match self.get(codec::idempotency_key(tenant, endpoint, key)).await? {
-            Some(item) if get_s(&item, "state")? == "completed" => Ok(Some(codec::decode_record(&item)?)),
-            _ => Ok(None),
-        }
+    async fn vote(&self, run_id: &str, interrupt_id: &str, voter: &str) -> Result<Option<Vote>, StoreError> {
+        self.get(codec::vote_key(run_id, interrupt_id, voter)).await?.map(|item| codec::decode_vote(&item)).transpose()
     }
 
     async fn claim_idempotency(
@@ -612,10 +607,17 @@ impl RunStore for DynamoStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk) OR (#st = :pending AND lease_until <= :now)")
+            // A lapsed claim, or a finished record past the retention (absent, even before TTL
+            // deletes it), is taken over.
+            .condition_expression(
+                "attribute_not_exists(pk) OR (#st = :pending AND lease_until <= :now) \
+                 OR (#st = :completed AND created_at <= :cutoff)",
+            )
             .expression_attribute_names("#st", "state")
             .expression_attribute_values(":pending", s("pending"))
+            .expression_attribute_values(":completed", s("completed"))
             .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":cutoff", n(now.saturating_sub(IDEMPOTENCY_RETENTION_MS)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;

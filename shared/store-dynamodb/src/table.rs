@@ -11,11 +11,6 @@ use trellis_core::StoreError;
 use crate::errors::unavailable;
 use crate::keys::{PK, RUNS_BY_TENANT, SK};
 
-/// The table's shape: string `pk`/`sk`, on-demand billing, the `runs_by_tenant` index, TTL
-/// on `expires_at`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TableSpec;
-
 fn key(name: &str, kind: KeyType) -> KeySchemaElement {
     KeySchemaElement::builder().attribute_name(name).key_type(kind).build().expect("key schema is complete")
 }
@@ -28,7 +23,9 @@ fn string_attribute(name: &str) -> AttributeDefinition {
         .expect("attribute definition is complete")
 }
 
-/// Creates `table` with the Trellis key design unless it exists, and waits until it is active.
+/// Creates `table` with the Trellis key design unless it exists — string `pk`/`sk`,
+/// on-demand billing, the `runs_by_tenant` index, TTL on `expires_at` (runs' items and
+/// idempotency records) — and waits until it is active.
 pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError> {
     let index = GlobalSecondaryIndex::builder()
         .index_name(RUNS_BY_TENANT)

@@ -13,7 +13,7 @@ fn require_emulator() {
     trellis_testkit::external::require_emulators(&[Service::DynamoDb]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs DynamoDB Local: run `bash scripts/test.sh`"]
 async fn dynamodb_store_meets_the_contract() {
     require_emulator();

@@ -8,18 +8,25 @@
 //! | `workflows`   | definition documents by `(namespace, workflow_id, content_hash)`        |
 //! | `runs`        | one row per run: the state document, its version, tenant and status   |
 //! | `events`      | the append-only event log by `(run_id, sequence)`                      |
-//! | `idempotency` | recorded responses by `(tenant, endpoint, key)`                         |
+//! | `idempotency` | recorded responses by `(tenant, endpoint, key)`, kept for the retention |
 //! | `tasks`       | the local queue *and* the outbox: due steps, timers and deadlines      |
+//! | `votes`       | approval votes by `(run_id, interrupt_id, voter)` (the state keeps a tally) |
+//! | `settings`    | host-wide settings (the capability overlay)                            |
 //!
-//! A commit is one transaction: the state row (guarded by its version), the new events and
-//! the new task rows. Tasks have deterministic ids, so re-issuing one is a no-op. The
-//! database is opened in exclusive locking mode: one host process owns a data directory, and
-//! at open every task lease of a previous (crashed) process is released.
+//! A commit is one transaction: the state row (guarded by its version), the new events, the
+//! votes they cast and the new task rows. Tasks have deterministic ids, so re-issuing one is
+//! a no-op. The database is opened in exclusive locking mode: one host process owns a data
+//! directory, so at open every task lease and every pending idempotency claim of a previous
+//! (crashed) process is released, and finished idempotency records past the retention are
+//! deleted (later, a bounded batch per claim). [`RowUsage`] counts the rows each operation
+//! touches.
 
 mod schema;
 mod store;
+mod usage;
 
 pub use store::SqliteStore;
+pub use usage::RowUsage;
 
 #[cfg(test)]
 mod tests;

@@ -2,14 +2,34 @@
 
 /// The layout version this build writes (`PRAGMA user_version`). A database of an older
 /// version is migrated at open ([`MIGRATIONS`]); a newer one is refused rather than misread.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 3;
+
+/// The `votes` table (layout 3): one row per `(run, interrupt occurrence, voter)`.
+const VOTES: &str = "
+CREATE TABLE IF NOT EXISTS votes (
+    run_id       TEXT    NOT NULL,
+    interrupt_id TEXT    NOT NULL,
+    voter        TEXT    NOT NULL,
+    action       TEXT    NOT NULL,
+    decided_by   TEXT    NOT NULL,
+    at           INTEGER NOT NULL,
+    PRIMARY KEY (run_id, interrupt_id, voter)
+) WITHOUT ROWID;
+";
+
+/// Finished idempotency records by age, for their expiry (layout 3).
+const IDEMPOTENCY_BY_AGE: &str = "CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (state, created_at);";
 
 /// `(from version, statements)`: applied in order to databases older than [`SCHEMA_VERSION`].
-/// Version 2 records each event's causation (`causationId` of dispatch events).
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, "ALTER TABLE events ADD COLUMN causation INTEGER;")];
+/// Version 2 records each event's causation (`causationId` of dispatch events). Version 3
+/// stores votes by voter instead of in the run's state (a run's state keeps a tally; the votes
+/// of a layout-2 state stay in it and are still counted), and indexes idempotency records by
+/// age for their expiry. A layout-3 database is refused by older builds, which would
+/// miscount its votes.
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, "ALTER TABLE events ADD COLUMN causation INTEGER;"), (2, VOTES)];
 
-/// DDL applied at open; every statement is idempotent.
-pub(crate) const DDL: &str = "
+/// The base tables; every statement is idempotent.
+const DDL: &str = "
 CREATE TABLE IF NOT EXISTS workflows (
     namespace     TEXT    NOT NULL,
     workflow_id   TEXT    NOT NULL,
@@ -66,3 +86,8 @@ CREATE TABLE IF NOT EXISTS settings (
     value TEXT NOT NULL
 ) WITHOUT ROWID;
 ";
+
+/// Every statement of the current layout (the base tables, then the layout-3 additions).
+pub(crate) fn ddl() -> String {
+    format!("{DDL}{VOTES}{IDEMPOTENCY_BY_AGE}")
+}

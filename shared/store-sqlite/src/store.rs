@@ -7,6 +7,8 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
 use serde_json::Value;
 use trellis_core::engine::Effect;
+use trellis_core::interrupt::{counted_vote, Vote};
+use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
 use trellis_core::ports::{
     CreateResult, EffectSink, HostSettings, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition,
     RunStore, StoredWorkflow, Task, WorkflowStore,
@@ -14,11 +16,33 @@ use trellis_core::ports::{
 use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
-use crate::schema::{DDL, MIGRATIONS, SCHEMA_VERSION};
+use crate::schema::{ddl, MIGRATIONS, SCHEMA_VERSION};
+use crate::usage::{Counters, RowUsage};
+
+/// Expired idempotency records deleted per claim (the opportunistic part of their expiry).
+const PRUNE_BATCH: i64 = 64;
 
 /// The embedded store. Operations are short and run under one connection lock.
 pub struct SqliteStore {
     connection: Mutex<Connection>,
+    counters: Counters,
+}
+
+fn system_now() -> Millis {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Deletes up to `limit` finished idempotency records older than the retention at `now`.
+fn prune_idempotency(connection: &Connection, now: Millis, limit: i64) -> Result<usize, StoreError> {
+    connection
+        .prepare_cached(
+            "DELETE FROM idempotency WHERE (tenant, endpoint, key) IN (
+                 SELECT tenant, endpoint, key FROM idempotency
+                 WHERE state = 'completed' AND created_at <= ?1 LIMIT ?2)",
+        )
+        .map_err(unavailable)?
+        .execute(params![now.saturating_sub(IDEMPOTENCY_RETENTION_MS), limit])
+        .map_err(unavailable)
 }
 
 fn unavailable(error: rusqlite::Error) -> StoreError {
@@ -70,18 +94,27 @@ impl SqliteStore {
                 })?;
             }
         }
-        connection.execute_batch(DDL).map_err(unavailable)?;
+        connection.execute_batch(&ddl()).map_err(unavailable)?;
         connection.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(unavailable)?;
         // Taking the write lock here makes a second process on the same file fail at open.
         connection.execute("UPDATE tasks SET leased_until = NULL", []).map_err(unavailable)?;
-        Ok(Self { connection: Mutex::new(connection) })
+        // The data directory is held by one process at a time, so every claim still pending
+        // belonged to a process that is gone: free its keys now rather than after its lease.
+        connection.execute("DELETE FROM idempotency WHERE state = 'pending'", []).map_err(unavailable)?;
+        prune_idempotency(&connection, system_now(), i64::MAX)?;
+        Ok(Self { connection: Mutex::new(connection), counters: Counters::default() })
+    }
+
+    /// Rows and document bytes read and written so far (see [`RowUsage`]).
+    pub fn usage(&self) -> RowUsage {
+        self.counters.usage()
     }
 
     /// Row counts of every table, for diagnostics and for tests that check a refused request
     /// persisted nothing.
     pub fn table_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
         let connection = self.lock();
-        ["workflows", "runs", "events", "idempotency", "tasks"]
+        ["workflows", "runs", "events", "idempotency", "tasks", "votes"]
             .into_iter()
             .map(|table| {
                 let count = connection
@@ -97,7 +130,16 @@ impl SqliteStore {
     }
 }
 
-fn insert_events(tx: &Transaction<'_>, run_id: &str, events: &[RunEvent]) -> Result<(), StoreError> {
+/// Appends `events` and records the votes they cast; returns `(rows, document bytes)` written.
+fn insert_events(tx: &Transaction<'_>, run_id: &str, events: &[RunEvent]) -> Result<(u64, usize), StoreError> {
+    let mut written = (0, 0);
+    let mut vote = tx
+        .prepare_cached(
+            "INSERT INTO votes (run_id, interrupt_id, voter, action, decided_by, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (run_id, interrupt_id, voter) DO UPDATE SET
+                 action = excluded.action, decided_by = excluded.decided_by, at = excluded.at",
+        )
+        .map_err(unavailable)?;
     let mut insert = tx
         .prepare_cached(
             "INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp, causation)
@@ -105,31 +147,42 @@ fn insert_events(tx: &Transaction<'_>, run_id: &str, events: &[RunEvent]) -> Res
         )
         .map_err(unavailable)?;
     for event in events {
+        let payload = to_json(&event.payload)?;
+        written = (written.0 + 1, written.1 + payload.len());
         insert
             .execute(params![
                 run_id,
                 event.sequence,
                 event.event_type,
                 event.node_id,
-                to_json(&event.payload)?,
+                payload,
                 event.timestamp,
                 event.causation
             ])
             .map_err(unavailable)?;
+        if let Some((interrupt_id, cast)) = counted_vote(event) {
+            vote.execute(params![run_id, interrupt_id, cast.voter, cast.action, cast.decided_by, cast.at])
+                .map_err(unavailable)?;
+            written.0 += 1;
+        }
     }
-    Ok(())
+    Ok(written)
 }
 
-fn insert_tasks(tx: &Connection, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
+/// Enqueues `effects` (re-enqueueing an id is a no-op); returns `(rows, bytes)` written.
+fn insert_tasks(tx: &Connection, run_id: &str, effects: &[Effect]) -> Result<(u64, usize), StoreError> {
     let mut insert = tx
         .prepare_cached("INSERT OR IGNORE INTO tasks (task_id, run_id, effect, due_at) VALUES (?1, ?2, ?3, ?4)")
         .map_err(unavailable)?;
+    let mut written = (0, 0);
     for effect in effects {
-        insert
-            .execute(params![effect.task_id(run_id), run_id, to_json(effect)?, effect.due_at()])
-            .map_err(unavailable)?;
+        let document = to_json(effect)?;
+        written.1 += document.len();
+        written.0 += insert
+            .execute(params![effect.task_id(run_id), run_id, document, effect.due_at()])
+            .map_err(unavailable)? as u64;
     }
-    Ok(())
+    Ok(written)
 }
 
 fn find_record(
@@ -186,6 +239,7 @@ fn decode_workflow(
 /// condition on `?3`, or none).
 fn newest_workflow(
     connection: &Connection,
+    counters: &Counters,
     namespace: &str,
     workflow_id: &str,
     extra: Option<(&str, &str)>,
@@ -199,7 +253,11 @@ fn newest_workflow(
         Some((_, value)) => connection.query_row(&sql, params![namespace, workflow_id, value], stored_workflow),
         None => connection.query_row(&sql, params![namespace, workflow_id], stored_workflow),
     };
-    decode_workflow(row.optional().map_err(unavailable)?)
+    let row = row.optional().map_err(unavailable)?;
+    if let Some(row) = &row {
+        counters.read(1, row.4.len());
+    }
+    decode_workflow(row)
 }
 
 #[async_trait]
@@ -225,7 +283,7 @@ impl WorkflowStore for SqliteStore {
     }
 
     async fn latest_workflow(&self, namespace: &str, workflow_id: &str) -> Result<Option<StoredWorkflow>, StoreError> {
-        newest_workflow(&self.lock(), namespace, workflow_id, None)
+        newest_workflow(&self.lock(), &self.counters, namespace, workflow_id, None)
     }
 
     async fn workflow_version(
@@ -234,7 +292,7 @@ impl WorkflowStore for SqliteStore {
         workflow_id: &str,
         content_hash: &str,
     ) -> Result<Option<StoredWorkflow>, StoreError> {
-        newest_workflow(&self.lock(), namespace, workflow_id, Some(("content_hash", content_hash)))
+        newest_workflow(&self.lock(), &self.counters, namespace, workflow_id, Some(("content_hash", content_hash)))
     }
 
     async fn workflow_by_label(
@@ -243,7 +301,7 @@ impl WorkflowStore for SqliteStore {
         workflow_id: &str,
         version: &str,
     ) -> Result<Option<StoredWorkflow>, StoreError> {
-        newest_workflow(&self.lock(), namespace, workflow_id, Some(("version", version)))
+        newest_workflow(&self.lock(), &self.counters, namespace, workflow_id, Some(("version", version)))
     }
 
     async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError> {
@@ -289,14 +347,16 @@ impl RunStore for SqliteStore {
         let tx = connection.transaction().map_err(unavailable)?;
         if let Some(record) = idempotency {
             // Completes the caller's pending claim, or records afresh; a finished record wins.
+            // A finished record older than the retention is absent: it is replaced.
             let inserted = tx
                 .execute(
                     "INSERT INTO idempotency (tenant, endpoint, key, request_digest, state, status, body, created_at)
                      VALUES (?1, ?2, ?3, ?4, 'completed', ?5, ?6, ?7)
                      ON CONFLICT (tenant, endpoint, key) DO UPDATE SET
                          state = 'completed', request_digest = excluded.request_digest, status = excluded.status,
-                         body = excluded.body, lease_until = NULL
-                     WHERE idempotency.state = 'pending' AND idempotency.request_digest = excluded.request_digest",
+                         body = excluded.body, lease_until = NULL, created_at = excluded.created_at
+                     WHERE (idempotency.state = 'pending' AND idempotency.request_digest = excluded.request_digest)
+                        OR (idempotency.state = 'completed' AND idempotency.created_at <= ?8)",
                     params![
                         record.tenant,
                         record.endpoint,
@@ -304,7 +364,8 @@ impl RunStore for SqliteStore {
                         record.request_digest,
                         record.status,
                         to_json(&record.body)?,
-                        record.created_at
+                        record.created_at,
+                        record.created_at.saturating_sub(IDEMPOTENCY_RETENTION_MS)
                     ],
                 )
                 .map_err(unavailable)?;
@@ -313,32 +374,31 @@ impl RunStore for SqliteStore {
                 return existing.map(CreateResult::Existing).ok_or(StoreError::Conflict);
             }
         }
+        let state = to_json(run)?;
         tx.execute(
             "INSERT INTO runs (run_id, tenant, workflow_id, status, version, created_at, state)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                run.run_id,
-                run.tenant,
-                run.workflow.id,
-                run.status.as_str(),
-                run.version,
-                run.created_at,
-                to_json(run)?
-            ],
+            params![run.run_id, run.tenant, run.workflow.id, run.status.as_str(), run.version, run.created_at, state],
         )
         .map_err(unavailable)?;
-        insert_events(&tx, &run.run_id, events)?;
-        insert_tasks(&tx, &run.run_id, effects)?;
+        let events = insert_events(&tx, &run.run_id, events)?;
+        let tasks = insert_tasks(&tx, &run.run_id, effects)?;
         tx.commit().map_err(unavailable)?;
+        self.counters.wrote(1 + events.0 + tasks.0, state.len() + events.1 + tasks.1);
         Ok(CreateResult::Created)
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
         let connection = self.lock();
         let state = connection
-            .query_row("SELECT state FROM runs WHERE run_id = ?1", [run_id], |row| row.get::<_, String>(0))
+            .prepare_cached("SELECT state FROM runs WHERE run_id = ?1")
+            .map_err(unavailable)?
+            .query_row([run_id], |row| row.get::<_, String>(0))
             .optional()
             .map_err(unavailable)?;
+        if let Some(state) = &state {
+            self.counters.read(1, state.len());
+        }
         state.map(|state| serde_json::from_str(&state).map_err(corrupt)).transpose()
     }
 
@@ -349,20 +409,25 @@ impl RunStore for SqliteStore {
         events: &[RunEvent],
         effects: &[Effect],
     ) -> Result<(), StoreError> {
+        if run.version != expected_version.saturating_add(1) {
+            return Err(StoreError::VersionSkip { expected: expected_version, found: run.version });
+        }
+        let state = to_json(run)?;
         let mut connection = self.lock();
         let tx = connection.transaction().map_err(unavailable)?;
         let updated = tx
-            .execute(
-                "UPDATE runs SET status = ?1, version = ?2, state = ?3 WHERE run_id = ?4 AND version = ?5",
-                params![run.status.as_str(), run.version, to_json(run)?, run.run_id, expected_version],
-            )
+            .prepare_cached("UPDATE runs SET status = ?1, version = ?2, state = ?3 WHERE run_id = ?4 AND version = ?5")
+            .map_err(unavailable)?
+            .execute(params![run.status.as_str(), run.version, state, run.run_id, expected_version])
             .map_err(unavailable)?;
         if updated == 0 {
             return Err(StoreError::Conflict);
         }
-        insert_events(&tx, &run.run_id, events)?;
-        insert_tasks(&tx, &run.run_id, effects)?;
-        tx.commit().map_err(unavailable)
+        let events = insert_events(&tx, &run.run_id, events)?;
+        let tasks = insert_tasks(&tx, &run.run_id, effects)?;
+        tx.commit().map_err(unavailable)?;
+        self.counters.wrote(1 + events.0 + tasks.0, state.len() + events.1 + tasks.1);
+        Ok(())
     }
 
     async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError> {
@@ -387,21 +452,31 @@ impl RunStore for SqliteStore {
             })
             .map_err(unavailable)?;
         let mut events = Vec::new();
+        let mut bytes = 0;
         for row in rows {
             let (sequence, event_type, node_id, payload, timestamp, causation) = row.map_err(unavailable)?;
+            bytes += payload.len();
             let payload: Value = serde_json::from_str(&payload).map_err(corrupt)?;
             events.push(RunEvent { sequence, event_type, node_id, payload, timestamp, causation });
         }
+        self.counters.read(events.len() as u64, bytes);
         Ok(events)
     }
 
-    async fn find_idempotency(
-        &self,
-        tenant: &str,
-        endpoint: &str,
-        key: &str,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        find_record(&self.lock(), tenant, endpoint, key)
+    async fn vote(&self, run_id: &str, interrupt_id: &str, voter: &str) -> Result<Option<Vote>, StoreError> {
+        let connection = self.lock();
+        let vote = connection
+            .prepare_cached(
+                "SELECT action, decided_by, at FROM votes WHERE run_id = ?1 AND interrupt_id = ?2 AND voter = ?3",
+            )
+            .map_err(unavailable)?
+            .query_row(params![run_id, interrupt_id, voter], |row| {
+                Ok(Vote { voter: voter.to_owned(), action: row.get(0)?, decided_by: row.get(1)?, at: row.get(2)? })
+            })
+            .optional()
+            .map_err(unavailable)?;
+        self.counters.read(u64::from(vote.is_some()), 0);
+        Ok(vote)
     }
 
     async fn claim_idempotency(
@@ -415,17 +490,29 @@ impl RunStore for SqliteStore {
     ) -> Result<IdempotencyClaim, StoreError> {
         let mut connection = self.lock();
         let tx = connection.transaction().map_err(unavailable)?;
+        // Takes over a claim whose lease ended, or a finished record past the retention.
         let claimed = tx
-            .execute(
+            .prepare_cached(
                 "INSERT INTO idempotency (tenant, endpoint, key, request_digest, state, lease_until, created_at)
                  VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)
                  ON CONFLICT (tenant, endpoint, key) DO UPDATE SET
                      request_digest = excluded.request_digest, lease_until = excluded.lease_until,
-                     created_at = excluded.created_at
-                 WHERE idempotency.state = 'pending' AND idempotency.lease_until <= ?6",
-                params![tenant, endpoint, key, request_digest, lease_until, now],
+                     created_at = excluded.created_at, state = 'pending', status = NULL, body = NULL
+                 WHERE (idempotency.state = 'pending' AND idempotency.lease_until <= ?6)
+                    OR (idempotency.state = 'completed' AND idempotency.created_at <= ?7)",
             )
+            .map_err(unavailable)?
+            .execute(params![
+                tenant,
+                endpoint,
+                key,
+                request_digest,
+                lease_until,
+                now,
+                now.saturating_sub(IDEMPOTENCY_RETENTION_MS)
+            ])
             .map_err(unavailable)?;
+        self.counters.wrote(claimed as u64, 0);
         let outcome = if claimed == 1 {
             IdempotencyClaim::Claimed
         } else if let Some(record) = find_record(&tx, tenant, endpoint, key)? {
@@ -440,6 +527,8 @@ impl RunStore for SqliteStore {
                 .map_err(unavailable)?;
             IdempotencyClaim::InFlight { request_digest: holder }
         };
+        // The opportunistic part of the expiry: a bounded batch per claim.
+        prune_idempotency(&tx, now, PRUNE_BATCH)?;
         tx.commit().map_err(unavailable)?;
         Ok(outcome)
     }
@@ -447,9 +536,16 @@ impl RunStore for SqliteStore {
     async fn complete_idempotency(&self, record: &IdempotencyRecord) -> Result<(), StoreError> {
         self.lock()
             .execute(
-                "UPDATE idempotency SET state = 'completed', status = ?4, body = ?5, lease_until = NULL
+                "UPDATE idempotency SET state = 'completed', status = ?4, body = ?5, lease_until = NULL, created_at = ?6
                  WHERE tenant = ?1 AND endpoint = ?2 AND key = ?3 AND state = 'pending'",
-                params![record.tenant, record.endpoint, record.key, record.status, to_json(&record.body)?],
+                params![
+                    record.tenant,
+                    record.endpoint,
+                    record.key,
+                    record.status,
+                    to_json(&record.body)?,
+                    record.created_at
+                ],
             )
             .map_err(unavailable)?;
         Ok(())
@@ -520,7 +616,7 @@ impl RunStore for SqliteStore {
 #[async_trait]
 impl EffectSink for SqliteStore {
     async fn send(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
-        insert_tasks(&self.lock(), run_id, effects)
+        insert_tasks(&self.lock(), run_id, effects).map(|_| ())
     }
 
     /// The commit itself wrote these effects as task rows: nothing to send.

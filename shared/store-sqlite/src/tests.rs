@@ -6,13 +6,13 @@ use trellis_core::testing::{queue_contract, store_contract};
 
 use crate::SqliteStore;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_memory_store_meets_the_contracts() {
     store_contract(Arc::new(SqliteStore::open_in_memory().unwrap())).await;
     queue_contract(Arc::new(SqliteStore::open_in_memory().unwrap())).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn file_store_meets_the_contracts() {
     let dir = tempfile::tempdir().unwrap();
     store_contract(Arc::new(SqliteStore::open(&dir.path().join("store.db")).unwrap())).await;
@@ -48,5 +48,104 @@ async fn a_layout_1_database_is_migrated_and_keeps_its_events() {
     drop(store);
     let reopened = rusqlite::Connection::open(&path).unwrap();
     let version: i64 = reopened.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, crate::schema::SCHEMA_VERSION);
+}
+
+#[tokio::test]
+async fn a_claim_left_by_a_killed_process_is_released_at_open() {
+    use trellis_core::ports::{IdempotencyClaim, RunStore};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trellis.db");
+    let (now, lease_until) = (1_000, 31_000);
+    {
+        let killed = SqliteStore::open(&path).unwrap();
+        let claim = killed.claim_idempotency("t", "POST /v1/runs", "k", "d", now, lease_until).await;
+        assert_eq!(claim.unwrap(), IdempotencyClaim::Claimed);
+        // Dropped without completing or abandoning: what a kill -9 leaves behind.
+    }
+    let restarted = SqliteStore::open(&path).unwrap();
+    let claim = restarted.claim_idempotency("t", "POST /v1/runs", "k", "d", now + 1, lease_until + 1).await;
+    assert_eq!(claim.unwrap(), IdempotencyClaim::Claimed, "the key proceeds at once, within the lease");
+}
+
+#[tokio::test]
+async fn finished_idempotency_records_past_the_retention_are_deleted_at_open() {
+    use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trellis.db");
+    drop(SqliteStore::open(&path).unwrap());
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        let fresh = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+        let old = fresh - IDEMPOTENCY_RETENTION_MS as i64 - 1;
+        for (key, at) in [("old", old), ("fresh", fresh)] {
+            raw.execute(
+                "INSERT INTO idempotency (tenant, endpoint, key, request_digest, state, status, body, created_at)
+                 VALUES ('t', 'POST /v1/runs', ?1, 'd', 'completed', 201, '{}', ?2)",
+                rusqlite::params![key, at],
+            )
+            .unwrap();
+        }
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let counts = store.table_counts().unwrap();
+    assert!(counts.contains(&("idempotency", 1)), "{counts:?}");
+}
+
+/// A database written by the previous layout (2): votes lived in the run's state. It opens
+/// at layout 3, its votes still count, and a repeat vote of one of its voters replaces it.
+#[tokio::test]
+async fn a_layout_2_database_keeps_the_votes_in_its_states() {
+    use serde_json::json;
+    use trellis_core::engine::{self, Input};
+    use trellis_core::interrupt::{Resolution, Resolver, Vote};
+    use trellis_core::ports::RunStore;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let workflow = trellis_core::model::Workflow::compile(json!({
+        "id": "legacy-quorum", "name": "Legacy quorum",
+        "nodes": [{"id": "gate", "typeId": "core.approvalGate", "config": {"requiredApprovals": 3}}]
+    }))
+    .unwrap();
+    let mut run = trellis_core::testing::pending_run(&workflow, "run-legacy", "t");
+    engine::apply(&workflow, &mut run, Input::Start, 1);
+    engine::apply(&workflow, &mut run, Input::Step { node_id: "gate".into(), activation: 1 }, 2);
+    // The layout-2 shape: the votes in the occurrence, no tally.
+    let votes =
+        ["a", "b"].map(|voter| Vote { voter: voter.into(), decided_by: "k".into(), action: "accept".into(), at: 3 });
+    run.interrupts[0].votes = votes.to_vec();
+    run.version = 4;
+    {
+        drop(SqliteStore::open(&path).unwrap());
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch("DROP TABLE votes; DROP INDEX idempotency_by_age; PRAGMA user_version = 2;").unwrap();
+        raw.execute(
+            "INSERT INTO runs (run_id, tenant, workflow_id, status, version, created_at, state)
+             VALUES ('run-legacy', 't', 'legacy-quorum', 'waiting-approval', 4, 1, ?1)",
+            [serde_json::to_string(&run).unwrap()],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let mut loaded = store.load_run("run-legacy").await.unwrap().unwrap();
+    assert_eq!(loaded.interrupts[0].tally(), (2, 0), "the layout-2 votes count");
+    let interrupt_id = loaded.interrupts[0].id.clone();
+    assert_eq!(store.vote("run-legacy", &interrupt_id, "a").await.unwrap(), None, "not in the votes table");
+    // `a` votes again: it replaces its layout-2 vote, so the quorum of 3 is not reached.
+    let again = Input::Resolve(Resolution {
+        node_id: "gate".into(),
+        interrupt_id: None,
+        value: json!({"action": "accept", "voter": "a"}),
+        resolver: Resolver::Principal("k".into()),
+        prior_vote: None,
+    });
+    let outcome = engine::apply(&workflow, &mut loaded, again, 5);
+    assert_eq!(loaded.interrupts[0].tally(), (2, 0));
+    loaded.version = 5;
+    store.commit(&loaded, 4, &outcome.events, &outcome.effects).await.unwrap();
+    assert_eq!(store.vote("run-legacy", &interrupt_id, "a").await.unwrap().unwrap().at, 5);
+    let reopened = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
+    drop(store);
+    let version: i64 = reopened.unwrap().query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
+    assert_eq!(version, 3);
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::json;
 use trellis_core::engine::Effect;
+use trellis_core::interrupt::Vote;
 use trellis_core::limits::HostLimits;
 use trellis_core::ports::{
     CreateResult, HostSettings, IdGenerator, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore,
@@ -74,8 +75,8 @@ impl RunStore for FailingSteps {
     async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError> {
         self.0.events_after(run_id, after, limit).await
     }
-    async fn find_idempotency(&self, t: &str, e: &str, k: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.0.find_idempotency(t, e, k).await
+    async fn vote(&self, run_id: &str, interrupt_id: &str, voter: &str) -> Result<Option<Vote>, StoreError> {
+        self.0.vote(run_id, interrupt_id, voter).await
     }
     async fn claim_idempotency(
         &self,

@@ -44,6 +44,7 @@ impl Transition<'_> {
             profile: request.profile,
             requested_at: self.now,
             votes: Vec::new(),
+            tally: None,
             state: InterruptState::Pending,
         };
         let deadline = record.deadline();
@@ -111,12 +112,15 @@ impl Transition<'_> {
                 return Verdict::Refused(refusal);
             }
         }
-        let judgement = match judge(&record, &resolution.value, &resolution.resolver, self.now) {
+        let prior = resolution.prior_vote.as_ref();
+        let judgement = match judge(&record, &resolution.value, &resolution.resolver, prior, self.now) {
             Ok(judgement) => judgement,
             Err(refusal) => return Verdict::Refused(refusal),
         };
         let node_id = record.node_id.clone();
-        self.state.interrupts[index].votes = judgement.votes;
+        if let Some(tally) = judgement.tally {
+            self.state.interrupts[index].tally = Some(tally);
+        }
         if let Some(vote) = &judgement.vote {
             let mut payload = json!({
                 "nodeId": node_id,

@@ -21,6 +21,7 @@ fn resolve(node: &str, value: Value) -> Input {
         interrupt_id: None,
         value,
         resolver: Resolver::Principal("alice".into()),
+        prior_vote: None,
     })
 }
 
@@ -30,6 +31,7 @@ fn by_token(node: &str, interrupt_id: &str, value: Value) -> Input {
         interrupt_id: Some(interrupt_id.into()),
         value,
         resolver: Resolver::Token,
+        prior_vote: None,
     })
 }
 
@@ -134,7 +136,7 @@ fn a_quorum_keeps_waiting_until_the_third_distinct_vote() {
         assert_eq!(event_types(&vote), ["approval.received"]);
         assert_eq!(state.status, RunStatus::WaitingApproval);
     }
-    assert_eq!(state.pending_interrupt().unwrap().votes.len(), 2);
+    assert_eq!(state.pending_interrupt().unwrap().tally(), (2, 0));
     let third = apply(&wf, &mut state, resolve("gate", json!({"action": "accept", "voter": "approver-3"})), 2);
     assert_eq!(third.events[1].payload["resolvedBy"], "quorum:3-of-3");
     assert_eq!(state.status, RunStatus::Running);

@@ -30,8 +30,13 @@ fn step(wf: &Workflow, state: &mut RunState, node: &str) -> Outcome {
 }
 
 fn resolve(wf: &Workflow, state: &mut RunState, node: &str, value: Value) -> Outcome {
-    let resolution =
-        Resolution { node_id: node.into(), interrupt_id: None, value, resolver: Resolver::Principal("ops".into()) };
+    let resolution = Resolution {
+        node_id: node.into(),
+        interrupt_id: None,
+        value,
+        resolver: Resolver::Principal("ops".into()),
+        prior_vote: None,
+    };
     apply(wf, state, Input::Resolve(resolution), 2)
 }
 

@@ -135,6 +135,46 @@ pub struct Vote {
     pub at: Millis,
 }
 
+/// The counted votes of an approval occurrence. Kept in the run's state instead of the votes
+/// themselves, so the state stays the same size however many votes are cast; each vote is
+/// stored once, by `(run, occurrence, voter)`, next to the run (see
+/// [`crate::ports::RunStore::vote`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VoteTally {
+    /// Votes that count toward the quorum (`accept`, `edit-accept`).
+    pub accepts: u32,
+    /// Rejections.
+    pub rejects: u32,
+}
+
+/// The vote an `approval.received` event records, when it counts toward the quorum (not a
+/// `refine` or a `timeout`): `(interrupt id, vote)`. Stores index exactly these, so a voter's
+/// earlier vote is found by key instead of by reading every vote.
+pub fn counted_vote(event: &crate::event::RunEvent) -> Option<(String, Vote)> {
+    if event.event_type != crate::event::types::APPROVAL_RECEIVED {
+        return None;
+    }
+    let field = |name: &str| event.payload.get(name).and_then(Value::as_str);
+    let action = field("action")?;
+    if !counts_as_vote(action) {
+        return None;
+    }
+    let vote = Vote {
+        voter: field("voter")?.to_owned(),
+        decided_by: field("decidedBy")?.to_owned(),
+        action: action.to_owned(),
+        at: event.timestamp,
+    };
+    Some((field("interruptId")?.to_owned(), vote))
+}
+
+/// Whether an approval action is a vote on the quorum (`refine` reopens, `timeout` is the
+/// host's).
+pub fn counts_as_vote(action: &str) -> bool {
+    !matches!(action, "refine" | "timeout")
+}
+
 /// Where an interrupt occurrence is in its life.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
@@ -189,9 +229,13 @@ pub struct InterruptRecord {
     pub profile: Option<String>,
     /// When it was requested.
     pub requested_at: Millis,
-    /// Votes so far (approvals with a quorum).
+    /// Votes of a state written before votes were stored apart (store layout ≤ 2): read as
+    /// written, never appended to. New votes are stored by key and counted in `tally`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub votes: Vec<Vote>,
+    /// The counted votes (absent until the first vote, and in older states).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tally: Option<VoteTally>,
     /// Its state.
     #[serde(flatten)]
     pub state: InterruptState,
@@ -221,10 +265,18 @@ impl InterruptRecord {
         payload
     }
 
-    /// Votes counted as `(accepts, rejects)`.
+    /// Votes counted as `(accepts, rejects)`: the tally, or (an older state) its votes.
     pub fn tally(&self) -> (usize, usize) {
+        if let Some(tally) = self.tally {
+            return (tally.accepts as usize, tally.rejects as usize);
+        }
         let accepts = self.votes.iter().filter(|vote| vote.action != "reject").count();
         (accepts, self.votes.len() - accepts)
+    }
+
+    /// Whether any vote was cast.
+    pub fn has_votes(&self) -> bool {
+        self.tally() != (0, 0)
     }
 }
 
@@ -258,6 +310,9 @@ pub struct Resolution {
     pub value: Value,
     /// Who.
     pub resolver: Resolver,
+    /// The voter's earlier vote on this occurrence, as the store holds it. Filled by the
+    /// service before the engine judges (callers leave it `None`).
+    pub prior_vote: Option<Vote>,
 }
 
 /// Why a resolution (or another operator request) was refused. Each variant has a stable

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{InterruptKind, InterruptRecord, Refusal, Resolver, Vote, AUTH_REQUIRED_PROFILE};
+use super::{InterruptKind, InterruptRecord, Refusal, Resolver, Vote, VoteTally, AUTH_REQUIRED_PROFILE};
 use crate::run::RunError;
 use crate::timefmt::Millis;
 
@@ -33,14 +33,31 @@ pub struct Closing {
 pub struct Judgement {
     /// The vote it cast, for approvals.
     pub vote: Option<Vote>,
-    /// The votes after it.
-    pub votes: Vec<Vote>,
+    /// The tally after it, when the vote counts toward the quorum.
+    pub tally: Option<VoteTally>,
     /// `Some` when the interrupt closes; `None` when a vote was recorded and it stays pending.
     pub closing: Option<Closing>,
 }
 
-/// Judges `value` from `resolver` against the pending `record` at `now`.
-pub fn judge(record: &InterruptRecord, value: &Value, resolver: &Resolver, now: Millis) -> Result<Judgement, Refusal> {
+/// Who a vote in `value` from `resolver` counts for: the body's `voter`, else the resolver.
+pub fn voter_of(value: &Value, resolver: &Resolver) -> String {
+    value
+        .get("voter")
+        .and_then(Value::as_str)
+        .filter(|voter| !voter.is_empty())
+        .unwrap_or_else(|| resolver.identity())
+        .to_owned()
+}
+
+/// Judges `value` from `resolver` against the pending `record` at `now`; `prior` is the
+/// voter's earlier vote on it as the store holds it (an approval vote replaces it).
+pub fn judge(
+    record: &InterruptRecord,
+    value: &Value,
+    resolver: &Resolver,
+    prior: Option<&Vote>,
+    now: Millis,
+) -> Result<Judgement, Refusal> {
     if record.profile.as_deref() == Some(AUTH_REQUIRED_PROFILE) && *resolver == Resolver::Token {
         return Err(Refusal::Forbidden(
             "this interrupt requires a bearer credential with approvals:respond; its token cannot resolve it".into(),
@@ -56,7 +73,7 @@ pub fn judge(record: &InterruptRecord, value: &Value, resolver: &Resolver, now: 
     }
     let close = |outcome: &str, outputs: Map<String, Value>, resume_value: Value| Judgement {
         vote: None,
-        votes: record.votes.clone(),
+        tally: None,
         closing: Some(Closing {
             outcome: outcome.to_owned(),
             outputs,
@@ -67,7 +84,7 @@ pub fn judge(record: &InterruptRecord, value: &Value, resolver: &Resolver, now: 
         }),
     };
     match record.kind {
-        InterruptKind::Approval => judge_approval(record, value, resolver, now),
+        InterruptKind::Approval => judge_approval(record, value, resolver, prior, now),
         InterruptKind::Clarification => {
             let answers = answers_map(record, value)?;
             let mut outputs = Map::new();
@@ -92,6 +109,7 @@ fn judge_approval(
     record: &InterruptRecord,
     value: &Value,
     resolver: &Resolver,
+    prior: Option<&Vote>,
     now: Millis,
 ) -> Result<Judgement, Refusal> {
     let action = value.get("action").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -137,7 +155,7 @@ fn judge_approval(
                 action,
                 at: now,
             };
-            return Ok(Judgement { vote: Some(vote), votes: record.votes.clone(), closing: Some(closing) });
+            return Ok(Judgement { vote: Some(vote), tally: None, closing: Some(closing) });
         }
         "edit-accept" if value.get("editedArtifactData").is_none() => {
             return Err(Refusal::invalid(
@@ -147,20 +165,30 @@ fn judge_approval(
         }
         _ => {}
     }
-    let voter = value
-        .get("voter")
-        .and_then(Value::as_str)
-        .filter(|voter| !voter.is_empty())
-        .unwrap_or_else(|| resolver.identity())
-        .to_owned();
+    let voter = voter_of(value, resolver);
     let vote =
         Vote { voter: voter.clone(), decided_by: resolver.identity().to_owned(), action: action.clone(), at: now };
-    let mut votes: Vec<Vote> = record.votes.iter().filter(|earlier| earlier.voter != voter).cloned().collect();
-    votes.push(vote.clone());
+    // A repeat vote replaces the voter's earlier one: the stored one, else (an older state)
+    // the one in the state's own list. O(1) either way: the tally is adjusted, not recounted.
+    let earlier = prior.or_else(|| record.votes.iter().rev().find(|earlier| earlier.voter == voter));
+    let (mut accepts, mut rejects) = record.tally();
+    match earlier.map(|earlier| earlier.action.as_str()) {
+        Some("reject") => rejects = rejects.saturating_sub(1),
+        Some(_) => accepts = accepts.saturating_sub(1),
+        None => {}
+    }
+    if action == "reject" {
+        rejects += 1;
+    } else {
+        accepts += 1;
+    }
+    let tally = VoteTally {
+        accepts: u32::try_from(accepts).unwrap_or(u32::MAX),
+        rejects: u32::try_from(rejects).unwrap_or(u32::MAX),
+    };
     let required = record.data["requiredApprovals"].as_u64().unwrap_or(1).max(1) as usize;
     let reject_threshold = if record.data["rejectionPolicy"] == "majority" { required / 2 + 1 } else { 1 };
-    let accepts = votes.iter().filter(|vote| vote.action != "reject").count();
-    let rejects = votes.len() - accepts;
+
     let quorum_label = |count: usize| {
         if required > 1 {
             format!("quorum:{count}-of-{required}")
@@ -176,7 +204,7 @@ fn judge_approval(
     } else {
         None
     };
-    Ok(Judgement { vote: Some(vote), votes, closing })
+    Ok(Judgement { vote: Some(vote), tally: Some(tally), closing })
 }
 
 /// Clarification answers as a map from question id to answer, whichever shape was sent.
@@ -241,6 +269,7 @@ mod tests {
             profile: request.profile,
             requested_at: 0,
             votes: Vec::new(),
+            tally: None,
             state: InterruptState::Pending,
         }
     }
@@ -252,20 +281,25 @@ mod tests {
     #[test]
     fn an_action_outside_the_gate_is_invalid() {
         let record = gate(json!({ "actions": ["accept", "reject"] }));
-        let refusal = judge(&record, &json!({ "action": "maybe" }), &by("alice"), 1).unwrap_err();
+        let refusal = judge(&record, &json!({ "action": "maybe" }), &by("alice"), None, 1).unwrap_err();
         assert_eq!(refusal.code(), "validation_error");
     }
 
     #[test]
     fn a_quorum_needs_distinct_voters_and_a_repeat_vote_replaces() {
         let mut record = gate(json!({ "requiredApprovals": 3, "rejectionPolicy": "majority" }));
+        // The store's votes by voter.
+        let mut stored = std::collections::HashMap::new();
         for voter in ["a", "b", "b"] {
-            let judged = judge(&record, &json!({ "action": "accept", "voter": voter }), &by("key"), 1).unwrap();
+            let value = json!({ "action": "accept", "voter": voter });
+            let judged = judge(&record, &value, &by("key"), stored.get(voter), 1).unwrap();
             assert!(judged.closing.is_none());
-            record.votes = judged.votes;
+            record.tally = judged.tally;
+            stored.insert(voter, judged.vote.unwrap());
         }
         assert_eq!(record.tally(), (2, 0));
-        let third = judge(&record, &json!({ "action": "accept", "voter": "c" }), &by("key"), 2).unwrap();
+        let third = judge(&record, &json!({ "action": "accept", "voter": "c" }), &by("key"), None, 2).unwrap();
+
         let closing = third.closing.expect("quorum reached");
         assert_eq!((closing.outcome.as_str(), closing.resolved_by.as_str()), ("accept", "quorum:3-of-3"));
     }
@@ -273,10 +307,10 @@ mod tests {
     #[test]
     fn majority_rejection_needs_two_of_three() {
         let mut record = gate(json!({ "requiredApprovals": 3, "rejectionPolicy": "majority" }));
-        let first = judge(&record, &json!({ "action": "reject", "voter": "a" }), &by("key"), 1).unwrap();
+        let first = judge(&record, &json!({ "action": "reject", "voter": "a" }), &by("key"), None, 1).unwrap();
         assert!(first.closing.is_none());
-        record.votes = first.votes;
-        let second = judge(&record, &json!({ "action": "reject", "voter": "b" }), &by("key"), 1).unwrap();
+        record.tally = first.tally;
+        let second = judge(&record, &json!({ "action": "reject", "voter": "b" }), &by("key"), None, 1).unwrap();
         let failure = second.closing.unwrap().failure.unwrap();
         assert_eq!(failure.code, "interrupt_rejected");
     }
@@ -284,12 +318,23 @@ mod tests {
     #[test]
     fn approvers_list_and_auth_required_are_enforced() {
         let record = gate(json!({ "approversList": ["alice"] }));
-        assert_eq!(judge(&record, &json!({ "action": "accept" }), &by("bob"), 1).unwrap_err().code(), "forbidden");
-        assert!(judge(&record, &json!({ "action": "accept" }), &by("alice"), 1).is_ok());
+        let accept = json!({ "action": "accept" });
+        assert_eq!(judge(&record, &accept, &by("bob"), None, 1).unwrap_err().code(), "forbidden");
+        assert!(judge(&record, &accept, &by("alice"), None, 1).is_ok());
         let record = gate(json!({ "profile": "openwop-interrupt-auth-required" }));
         assert_eq!(
-            judge(&record, &json!({ "action": "accept" }), &Resolver::Token, 1).unwrap_err().code(),
+            judge(&record, &json!({ "action": "accept" }), &Resolver::Token, None, 1).unwrap_err().code(),
             "forbidden"
         );
+    }
+
+    #[test]
+    fn an_older_state_counts_its_own_votes_and_a_repeat_replaces_one_of_them() {
+        let mut record = gate(json!({ "requiredApprovals": 3 }));
+        record.votes = vec![Vote { voter: "a".into(), decided_by: "key".into(), action: "reject".into(), at: 0 }];
+        record.data["rejectionPolicy"] = json!("majority");
+        assert_eq!(record.tally(), (0, 1));
+        let judged = judge(&record, &json!({ "action": "accept", "voter": "a" }), &by("key"), None, 1).unwrap();
+        assert_eq!(judged.tally, Some(VoteTally { accepts: 1, rejects: 0 }));
     }
 }

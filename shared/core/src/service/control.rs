@@ -6,7 +6,7 @@
 use super::{Decision, Services, MAX_CONFLICT_RETRIES};
 use crate::engine::{Input, Verdict};
 use crate::error::{ServiceError, StoreError};
-use crate::interrupt::{InterruptRecord, Refusal, Resolution};
+use crate::interrupt::{InterruptKind, InterruptRecord, Refusal, Resolution};
 use crate::run::{DrainPolicy, RunState};
 
 impl Services {
@@ -26,8 +26,9 @@ impl Services {
                 _ => return Err(ServiceError::NotFound { what: "run" }),
             };
             let workflow = self.pinned_workflow(&before).await?;
+            let input = self.with_prior_vote(&before, input.clone()).await?;
             let mut run = before.clone();
-            let outcome = crate::engine::apply(&workflow, &mut run, input.clone(), self.clock.now());
+            let outcome = crate::engine::apply(&workflow, &mut run, input, self.clock.now());
             match outcome.verdict {
                 Verdict::Applied => {}
                 Verdict::Refused(refusal) => return Err(ServiceError::Refused(refusal)),
@@ -42,6 +43,22 @@ impl Services {
             }
         }
         Err(ServiceError::Unavailable)
+    }
+
+    /// A vote on an approval carries the voter's earlier vote on that occurrence, read by key
+    /// from the store (after the run, so a vote committed since is seen or the commit loses
+    /// the version race): the engine adjusts the tally without reading every vote.
+    async fn with_prior_vote(&self, run: &RunState, input: Input) -> Result<Input, ServiceError> {
+        let Input::Resolve(mut resolution) = input else { return Ok(input) };
+        let occurrence = match &resolution.interrupt_id {
+            Some(id) => run.interrupts.iter().find(|record| &record.id == id),
+            None => run.interrupts.iter().find(|record| record.node_id == resolution.node_id && record.is_pending()),
+        };
+        if let Some(record) = occurrence.filter(|record| record.kind == InterruptKind::Approval) {
+            let voter = crate::interrupt::resolve::voter_of(&resolution.value, &resolution.resolver);
+            resolution.prior_vote = self.store.vote(&run.run_id, &record.id, &voter).await?;
+        }
+        Ok(Input::Resolve(resolution))
     }
 
     /// Resolves or votes on an interrupt. Returns the run after the commit and the

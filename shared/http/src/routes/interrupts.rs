@@ -61,21 +61,20 @@ pub(crate) fn interrupt_view(signer: &TokenSigner, run: &RunState, now: Millis) 
     if let Some(deadline) = record.deadline() {
         view["expiresAt"] = json!(rfc3339(deadline));
     }
-    if !record.votes.is_empty() {
+    if record.has_votes() {
         view["votes"] = tally(record);
     }
     Some(view)
 }
 
+/// The counts only: votes are stored apart from the run (by voter), so a view costs the same
+/// however many were cast.
 fn tally(record: &InterruptRecord) -> Value {
     let (accepts, rejects) = record.tally();
-    let voters: Vec<Value> =
-        record.votes.iter().map(|vote| json!({ "voter": vote.voter, "action": vote.action })).collect();
     json!({
         "accept": accepts,
         "reject": rejects,
         "required": record.data["requiredApprovals"].as_u64().unwrap_or(1),
-        "cast": voters,
     })
 }
 
@@ -97,7 +96,7 @@ fn resolved_body(wire: Wire, run: &RunState, record: &InterruptRecord) -> Value 
         _ => "vote-recorded".to_owned(),
     };
     let mut interrupt = json!({ "kind": record.kind.as_str(), "nodeId": record.node_id, "interruptId": record.id });
-    if !record.votes.is_empty() {
+    if record.has_votes() {
         interrupt["votes"] = tally(record);
     }
     json!({
@@ -124,6 +123,7 @@ pub(crate) async fn resolve_scoped(
         interrupt_id: None,
         value,
         resolver: Resolver::Principal(caller.principal.subject.clone()),
+        prior_vote: None,
     };
     let (run, record) = state.services.resolve_interrupt(Some(caller.tenant()), run_id, resolution).await?;
     Ok(Json(resolved_body(wire, &run, &record)))
@@ -200,6 +200,7 @@ pub(crate) async fn inspect_for(
             interrupt_id: Some(record.id.clone()),
             value: Value::Null,
             resolver: Resolver::Token,
+            prior_vote: None,
         };
         let refusal = state.services.probe_resolution(&run, probe).await?;
         return Err(refused(refusal));
@@ -211,7 +212,7 @@ pub(crate) async fn inspect_for(
     body["status"] = json!("pending");
     body["requestedAt"] = json!(rfc3339(record.requested_at));
     body["expiresAt"] = json!(rfc3339(claims.expires_at));
-    if !record.votes.is_empty() {
+    if record.has_votes() {
         body["votes"] = tally(record);
     }
     Ok(Json(body))
@@ -244,6 +245,7 @@ pub(crate) async fn resolve_by_token_for(
         interrupt_id: Some(claims.interrupt_id.clone()),
         value,
         resolver: Resolver::Token,
+        prior_vote: None,
     };
     let (run, record) =
         state.services.resolve_interrupt(None, &claims.run_id, resolution).await.map_err(|error| match error {
