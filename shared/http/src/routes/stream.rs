@@ -8,6 +8,10 @@
 //! `bufferMs` is an integer 0..=5000; above 0 `updates`/`debug` frames are batched.
 //! `Last-Event-ID` is an integer of -1 or more (`400 validation_error` naming the header
 //! otherwise); one past every possible sequence resumes after everything.
+//!
+//! The JSON list is paged like the poll route: at most `limit` events (1..=10000, default
+//! 10000) after `lastSequence` (or `Last-Event-ID`); `lastEventSeq` is the next cursor and
+//! `isComplete` is true only for a terminal run with nothing left after the page.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -113,6 +117,19 @@ fn resume_point(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     })
 }
 
+/// Events per page of the JSON list at most (and by default).
+pub(crate) const MAX_LIST_PAGE: usize = 10_000;
+
+/// The JSON list's page size: `limit`, an integer 1..=10000 (default 10000).
+fn list_limit(query: &HashMap<String, String>) -> Result<usize, ApiError> {
+    match query.get("limit").map(|raw| raw.trim().parse::<usize>()) {
+        None => Ok(MAX_LIST_PAGE),
+        Some(Ok(limit @ 1..=MAX_LIST_PAGE)) => Ok(limit),
+        Some(_) => Err(ApiError::validation("limit must be an integer from 1 to 10000")
+            .with_details(json!({ "parameter": "limit", "minimum": 1, "maximum": MAX_LIST_PAGE }))),
+    }
+}
+
 fn wants_json(headers: &HeaderMap) -> bool {
     let accept = headers.get(header::ACCEPT).and_then(|value| value.to_str().ok()).unwrap_or("");
     accept.contains("application/json") && !accept.contains("text/event-stream")
@@ -144,14 +161,24 @@ pub(crate) async fn open(
     let buffer = check_buffer(query)?;
     let resume_after = resume_point(headers)?;
     if wants_json(headers) {
-        let (run, events) = state.services.events(tenant, run_id, resume_after, 10_000).await?;
+        // One page, as the poll route: `lastEventSeq` is the cursor to continue from
+        // (`lastSequence` or `Last-Event-ID`), and `isComplete` holds only when the run is
+        // terminal and nothing is left after this page.
+        let after = match query.get("lastSequence") {
+            Some(raw) => super::events::query_sequence(Some(raw), "lastSequence")?,
+            None => resume_after,
+        };
+        let limit = list_limit(query)?;
+        let (run, events) = state.services.events(tenant, run_id, after, limit).await?;
         let docs: Vec<Value> = events
             .iter()
             .filter(|event| filter.admits(&event.event_type))
             .map(|event| event_doc_for(wire, tenant, &run.run_id, event))
             .collect();
         let terminal = run.status.is_terminal();
-        let last = events.last().map(|e| e.sequence as i64).unwrap_or(resume_after.map_or(-1, |s| s as i64));
+        let drained = events.len() < limit
+            || events.last().is_some_and(|event| trellis_core::event::types::is_terminal(&event.event_type));
+        let last = events.last().map(|e| e.sequence as i64).unwrap_or(after.map_or(-1, |s| s as i64));
         let body = match wire {
             Wire::V1 => json!({
                 "runId": run.run_id,
@@ -159,7 +186,7 @@ pub(crate) async fn open(
                 "lastEventSeq": last,
                 "runStatus": run.status.as_str(),
                 "isTerminal": terminal,
-                "isComplete": terminal,
+                "isComplete": terminal && drained,
             }),
             Wire::V2 => json!({
                 "runId": wire_run_id(wire, tenant, &run.run_id),
