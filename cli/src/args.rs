@@ -7,20 +7,71 @@ use clap::{Parser, Subcommand};
 
 /// Trellis — an OpenWOP workflow host.
 #[derive(Debug, Parser)]
-#[command(name = "trellis", version, about)]
+#[command(
+    name = "trellis",
+    version,
+    about = "Trellis: an OpenWOP workflow host. 'trellis serve' runs the embedded host (HTTP API, engine and SQLite store in one process)."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// What `serve --help` adds after the flags: where keys come from, and logging.
+const SERVE_AFTER_HELP: &str = "\
+API keys (send one as Authorization: Bearer KEY):
+  TRELLIS_API_KEY=SECRET   one key with every scope for tenant default.
+  --keys FILE              hashed keys bound to tenants and scopes (see trellis hash-key).
+  With neither, a development key with every scope is generated and printed at start; it is
+  kept in DATA_DIR/dev-api-key (mode 0600), or lives only as long as the process with --memory.
+
+Logs go to standard error: RUST_LOG sets the filter (default info), --log-format the format;
+text is coloured only when standard error is a terminal.";
+
+/// What `hash-key --help` adds.
+const HASH_KEY_AFTER_HELP: &str = "\
+Reads standard input to its end (from a terminal: one line, after a prompt on standard error);
+surrounding whitespace is trimmed. Example:
+  printf %s \"$KEY\" | trellis hash-key";
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the embedded host: HTTP API, engine and durable SQLite store in one process.
-    Serve(ServeArgs),
-    /// Read an API key on standard input and print its SHA-256, for a keys file.
+    #[command(after_help = SERVE_AFTER_HELP)]
+    Serve {
+        /// Host settings.
+        #[command(flatten)]
+        args: ServeArgs,
+        /// Process settings: connections and logs.
+        #[command(flatten)]
+        process: ProcessArgs,
+    },
+    /// Print the SHA-256 of an API key read from standard input: the sha256 field of a
+    /// keys-file entry (the key itself is never stored).
+    #[command(after_help = HASH_KEY_AFTER_HELP)]
     HashKey,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (coloured only on a terminal).
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// `trellis serve` settings of the process around the host.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProcessArgs {
+    /// Open connections at most; one more is answered 503 and closed, with a warning logged.
+    #[arg(long, env = "TRELLIS_MAX_CONNECTIONS", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Log format: text, or json (one object per line).
+    #[arg(long, env = "TRELLIS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 /// `trellis serve` settings.
@@ -35,7 +86,7 @@ pub struct ServeArgs {
     /// Keep everything in memory: nothing survives the process.
     #[arg(long, env = "TRELLIS_MEMORY")]
     pub memory: bool,
-    /// A directory of workflow definitions (`*.json`) to load at start; repeatable.
+    /// A directory of workflow definitions (*.json) to load at start; repeatable.
     #[arg(long = "workflows", env = "TRELLIS_WORKFLOWS", value_delimiter = ',')]
     pub workflows: Vec<PathBuf>,
     /// A directory of OpenWOP conformance fixtures to load at start.
@@ -44,13 +95,13 @@ pub struct ServeArgs {
     /// A JSON file of hashed API keys, each bound to a tenant and scopes.
     #[arg(long = "keys", env = "TRELLIS_KEYS_FILE")]
     pub keys_file: Option<PathBuf>,
-    /// Node executions allowed per run (the ceiling for `configurable.recursionLimit`).
+    /// Node executions allowed per run (the ceiling for configurable.recursionLimit).
     #[arg(long, env = "TRELLIS_MAX_NODE_EXECUTIONS", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_node_executions: u32,
     /// Longest run in milliseconds (the ceiling for `configurable.runTimeoutMs`).
     #[arg(long, env = "TRELLIS_MAX_RUN_DURATION_MS", default_value_t = 86_400_000, value_parser = clap::value_parser!(u64).range(1000..))]
     pub max_run_duration_ms: u64,
-    /// Serve the conformance test seams (`/v1/host/sample/...`) to keys with the `test:seams`
+    /// Serve the conformance test seams (/v1/host/sample/...) to keys with the test:seams
     /// scope, and honour the capability overlay they set. Off by default; never in production.
     #[arg(long, env = "OPENWOP_TEST_SEAM_ENABLED")]
     pub test_seams: bool,

@@ -1,10 +1,11 @@
 //! # trellis (the binary's library)
 //!
 //! The embedded host: the same engine, store ports and HTTP router as the serverless build,
-//! wired to SQLite, an in-process worker loop and `axum::serve`. [`host::EmbeddedHost`] can
+//! wired to SQLite, an in-process worker loop and its own connection layer ([`serve`]). [`host::EmbeddedHost`] can
 //! be started from tests; `main.rs` only parses arguments and calls it.
 
 pub mod args;
 pub mod host;
 pub mod keys;
+pub mod logs;
 pub mod serve;

@@ -60,7 +60,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
                     };
                     let route = response.extensions().get::<MatchedPath>().map_or("-", MatchedPath::as_str);
                     let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
-                    info!(%method, route, status = response.status().as_u16(), latency_ms, "request");
+                    info!(%method, route = %route, status = response.status().as_u16(), latency_ms, "request");
                     response
                 }
             };

@@ -67,7 +67,7 @@ pub async fn process_task(
                     .commit(&decision.run, decision.expected_version, &outcome.events, &outcome.effects)
                     .await;
                 match committed {
-                    Ok(()) => {}
+                    Ok(()) => decision.log_transition(),
                     Err(StoreError::Conflict) => continue,
                     Err(error) => return Err(error.into()),
                 }

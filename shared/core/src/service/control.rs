@@ -35,7 +35,7 @@ impl Services {
                 Verdict::Ignored(_) | Verdict::Stale | Verdict::Later => return Ok((before, run)),
             }
             run.version = before.version + 1;
-            let decision = Decision { run, expected_version: before.version, outcome };
+            let decision = Decision { run, expected_version: before.version, outcome, previous_status: before.status };
             match self.commit(&decision).await {
                 Ok(()) => return Ok((before, decision.run)),
                 Err(StoreError::Conflict) => continue,

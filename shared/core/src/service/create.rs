@@ -100,6 +100,7 @@ impl Services {
         });
         match self.store.create_run(&run, &outcome.events, &outcome.effects, record.as_ref()).await? {
             CreateResult::Created => {
+                tracing::info!(run_id = %run.run_id, workflow = %run.workflow.id, to = %run.status.as_str(), "run created");
                 self.send_effects(&run.run_id, run.version, &outcome.effects).await;
                 Ok(CreateOutcome::Created(Box::new(run)))
             }

@@ -18,7 +18,7 @@ use crate::event::RunEvent;
 use crate::limits::HostLimits;
 use crate::model::Workflow;
 use crate::ports::{Clock, EffectSink, IdGenerator, Notifier, RunFilter, RunPosition, Store};
-use crate::run::RunState;
+use crate::run::{RunState, RunStatus};
 
 pub use children::{ChildStart, MAX_CHILD_DEPTH};
 #[cfg(any(test, feature = "test-util"))]
@@ -74,6 +74,24 @@ pub struct Decision {
     pub expected_version: u64,
     /// The engine's outcome.
     pub outcome: Outcome,
+    /// The run's status before the input.
+    pub previous_status: RunStatus,
+}
+
+impl Decision {
+    /// Logs the status change this decision made, if any (one `info` line: run id, workflow,
+    /// from and to). Call after its commit succeeded.
+    pub fn log_transition(&self) {
+        if self.run.status != self.previous_status {
+            tracing::info!(
+                run_id = %self.run.run_id,
+                workflow = %self.run.workflow.id,
+                from = %self.previous_status.as_str(),
+                to = %self.run.status.as_str(),
+                "run status changed"
+            );
+        }
+    }
 }
 
 impl Services {
@@ -158,11 +176,12 @@ impl Services {
         let Some(mut run) = self.store.load_run(run_id).await? else { return Ok(None) };
         let workflow = self.pinned_workflow(&run).await?;
         let expected_version = run.version;
+        let previous_status = run.status;
         let outcome = engine::apply(&workflow, &mut run, input, self.clock.now());
         if outcome.verdict == Verdict::Applied {
             run.version = expected_version + 1;
         }
-        Ok(Some(Decision { run, expected_version, outcome }))
+        Ok(Some(Decision { run, expected_version, outcome, previous_status }))
     }
 
     /// Commits an applied decision (state, events and effects atomically), then sends the
@@ -171,6 +190,7 @@ impl Services {
         self.store
             .commit(&decision.run, decision.expected_version, &decision.outcome.events, &decision.outcome.effects)
             .await?;
+        decision.log_transition();
         self.send_effects(&decision.run.run_id, decision.run.version, &decision.outcome.effects).await;
         Ok(())
     }
