@@ -165,7 +165,13 @@ async fn load_definitions(services: &Services, args: &ServeArgs) -> Result<Vec<S
     services.load_bundled_fixtures().await.map_err(StartError::Workflows)?;
     let dirs: Vec<&PathBuf> = args.fixtures_dir.iter().chain(args.workflows.iter()).collect();
     for dir in dirs {
-        let report = services.load_directory(dir).await.map_err(StartError::Workflows)?;
+        // Directory reading is blocking file I/O: off the async workers.
+        let owned = dir.clone();
+        let files = tokio::task::spawn_blocking(move || trellis_core::service::read_definition_files(&owned))
+            .await
+            .map_err(|_| StartError::Workflows(trellis_core::ServiceError::Internal))?
+            .map_err(StartError::Workflows)?;
+        let report = services.load_definition_files(files).await.map_err(StartError::Workflows)?;
         let runnable = report.runnable.join(",");
         info!(dir = %dir.display(), %runnable, not_runnable = report.not_runnable.len(), refused = report.refused.len(), "workflows loaded");
         for (id, reason) in &report.not_runnable {

@@ -1,19 +1,31 @@
 //! # trellis-core
 //!
-//! The engine of Trellis, an OpenWOP host. Everything here is free of I/O: no HTTP, no
-//! SQLite, no AWS. The crate holds
+//! The engine of Trellis, an OpenWOP host. No HTTP, no SQLite, no AWS and no file system
+//! here: adapters reach the outside world through [`ports`], and whoever reads files (the
+//! CLI's `--workflows` directories) does so off the async runtime and hands the documents in
+//! ([`service::read_definition_files`]). The crate holds
 //!
 //! - [`model`]: workflow definitions, their validation (the project's JSON Schemas in
-//!   `schemas/` plus graph rules) and the compiled graph the engine walks;
+//!   `schemas/`, see [`schema`], plus graph and config rules) and the compiled graph the
+//!   engine walks;
 //! - [`run`] and [`event`]: a run's durable state and the append-only event log entries;
 //! - [`engine`]: a pure function `(workflow, state, input, now) → (state', events, effects)`,
 //!   whose run lifecycle is written as an explicit transition table;
-//! - [`nodes`]: the node kinds this host runs (`core.noop`, `core.delay`, `core.identity`,
-//!   `core.fail`, `core.subWorkflow`, the gates and `core.interrupt`), behind one trait;
-//! - [`interrupt`]: interrupt payloads, judging resume values, signed interrupt tokens;
-//! - [`ports`]: the traits the adapters implement (store, clock, ids, commit notifier);
-//! - [`service`]: the use cases (create, read, cancel, process a task) written over the ports,
-//!   shared by every front end and backend.
+//! - [`nodes`]: the node kinds this host runs, behind one trait (noop, delay, identity, fail,
+//!   sub-workflow, the approval/clarification/conversation gates, `core.interrupt`, the
+//!   orchestrator supervisor and `core.dispatch` of [`orchestrator`]);
+//! - [`interrupt`]: interrupt payloads, judging resume values and quorum votes (a tally in
+//!   the state; each vote stored by voter), signed interrupt tokens;
+//! - [`ports`]: the traits the adapters implement (stores, effect sink and local queue, host
+//!   settings, clock, ids, commit notifier);
+//! - [`service`]: the use cases (register and find workflows, create, read, list, cancel,
+//!   resolve, pause, process a task, idempotency, test seams) written over the ports, shared
+//!   by every front end and backend;
+//! - [`capabilities`], [`limits`], [`bundled`], [`timefmt`], [`error`]: the runtime
+//!   capability overlay, the enforced host limits, the compiled-in fixtures, timestamp
+//!   rendering and the typed errors with their stable codes;
+//! - `testing` (feature `test-util`): fixture builders and the store contract suite every
+//!   store adapter runs.
 //!
 //! Nothing in this crate knows whether it runs embedded (SQLite) or on AWS.
 

@@ -5,8 +5,10 @@
 //! safe to run twice: a task whose node already moved on re-issues the run's outstanding
 //! effects and is acknowledged.
 //!
-//! The embedded host runs [`run_loop`] in-process; the serverless dispatcher will call
-//! [`process_task`] once per queue message.
+//! The embedded host runs [`run_loop`] in-process over the SQLite task table (claim due
+//! tasks under a lease, run them, acknowledge or release them); [`process_task`] is the step
+//! of one task, and the AWS dispatcher (`trellis-aws`) calls it once per SQS message.
+//! [`CrashPoint`] names where the crash-recovery tests abort the process.
 
 mod crash;
 mod local;

@@ -26,7 +26,7 @@ pub(crate) use create::new_run;
 pub use create::{CreateOutcome, IdempotencyKey};
 pub use idempotency::Begin;
 pub use seam_dispatch::{logical_invocation_id, PerItemRequest, CLAIM_ENDPOINT};
-pub use workflows::{ListedWorkflow, LoadReport};
+pub use workflows::{read_definition_files, DefinitionFiles, ListedWorkflow, LoadReport};
 
 /// How many times a use case re-reads and re-decides after losing a version race.
 const MAX_CONFLICT_RETRIES: usize = 16;

@@ -21,6 +21,42 @@ fn stored(namespace: &str, workflow: &Workflow) -> StoredWorkflow {
     }
 }
 
+/// The JSON documents of a directory of definitions, read by [`read_definition_files`].
+#[derive(Debug, Default)]
+pub struct DefinitionFiles {
+    /// `(file name, document)` of every top-level `*.json` file that parsed, by file name.
+    pub documents: Vec<(String, Value)>,
+    /// Files that could not be read or parsed, with the reason.
+    pub refused: Vec<(String, String)>,
+}
+
+/// Reads every top-level `*.json` file of `dir`. Blocking file I/O: call it before the async
+/// runtime or on a blocking thread (`tokio::task::spawn_blocking`), never on an async task.
+pub fn read_definition_files(dir: &Path) -> Result<DefinitionFiles, ServiceError> {
+    let entries = std::fs::read_dir(dir).map_err(|error| {
+        ServiceError::validation(
+            format!("cannot read workflow directory {}: {error}", dir.display()),
+            serde_json::json!({}),
+        )
+    })?;
+    let mut paths: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.is_file() && path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    let mut files = DefinitionFiles::default();
+    for path in paths {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        match std::fs::read_to_string(&path).map(|text| serde_json::from_str::<Value>(&text)) {
+            Ok(Ok(document)) => files.documents.push((name, document)),
+            Ok(Err(error)) => files.refused.push((name, format!("not JSON: {error}"))),
+            Err(error) => files.refused.push((name, format!("unreadable: {error}"))),
+        }
+    }
+    Ok(files)
+}
+
 /// What loading a directory of definitions did.
 #[derive(Debug, Default)]
 pub struct LoadReport {
@@ -87,36 +123,13 @@ impl Services {
         Err(ServiceError::NotFound { what: "workflow" })
     }
 
-    /// Loads every top-level `*.json` file of `dir` into the global namespace. A file that
-    /// is not a valid definition is refused (reported, not fatal); a definition with node
-    /// kinds this host does not run is stored but reported as not runnable.
-    pub async fn load_directory(&self, dir: &Path) -> Result<LoadReport, ServiceError> {
-        let mut report = LoadReport::default();
-        let entries = std::fs::read_dir(dir).map_err(|error| {
-            ServiceError::validation(
-                format!("cannot read workflow directory {}: {error}", dir.display()),
-                serde_json::json!({}),
-            )
-        })?;
-        let mut paths: Vec<_> = entries
-            .filter_map(Result::ok)
-            .map(|entry| entry.path())
-            .filter(|path| path.is_file() && path.extension().is_some_and(|ext| ext == "json"))
-            .collect();
-        paths.sort();
-        for path in paths {
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let document = match std::fs::read_to_string(&path).map(|text| serde_json::from_str::<Value>(&text)) {
-                Ok(Ok(document)) => document,
-                Ok(Err(error)) => {
-                    report.refused.push((name, format!("not JSON: {error}")));
-                    continue;
-                }
-                Err(error) => {
-                    report.refused.push((name, format!("unreadable: {error}")));
-                    continue;
-                }
-            };
+    /// Stores the definitions of a directory ([`read_definition_files`], which the caller runs
+    /// off the async runtime) in the global namespace. A file that is not a valid definition
+    /// is refused (reported, not fatal); a definition with node kinds this host does not run
+    /// is stored but reported as not runnable.
+    pub async fn load_definition_files(&self, files: DefinitionFiles) -> Result<LoadReport, ServiceError> {
+        let mut report = LoadReport { refused: files.refused, ..LoadReport::default() };
+        for (name, document) in files.documents {
             match self.put_workflow(GLOBAL_NAMESPACE, document).await {
                 Ok(workflow) => match &workflow.gap {
                     None => report.runnable.push(workflow.id().to_owned()),
