@@ -40,7 +40,7 @@ pub fn missing_endpoints(services: &[Service], lookup: impl Fn(&str) -> Option<S
     let shared = lookup("AWS_ENDPOINT_URL").is_some_and(|url| !url.is_empty());
     services
         .iter()
-        .filter(|service| !shared && !lookup(service.variable()).is_some_and(|url| !url.is_empty()))
+        .filter(|service| !(shared || lookup(service.variable()).is_some_and(|url| !url.is_empty())))
         .map(|service| service.variable())
         .collect()
 }
