@@ -229,7 +229,7 @@ async fn a_keyed_re_pause_replays_its_answer() {
         http.post(format!("{base}/v1/runs/{run_id}:pause"))
             .bearer_auth(KEY)
             .header("Idempotency-Key", key)
-            .json(&json!({"reason": "deploy"}))
+            .json(&json!({"reason": "deploy", "drainPolicy": "immediate"}))
             .send()
     };
     let first = pause("pause-1").await.unwrap();
