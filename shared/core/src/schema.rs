@@ -4,7 +4,8 @@
 
 use std::sync::OnceLock;
 
-use jsonschema::Validator;
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::{ValidationError, Validator};
 use serde_json::{json, Value};
 
 use crate::error::DefinitionError;
@@ -21,16 +22,55 @@ fn compiled(cell: &'static OnceLock<Validator>, text: &'static str) -> &'static 
     })
 }
 
-/// Every violation of `instance` against `validator`, as `{path, message}` objects. Messages
-/// name the keyword, not the offending value, so caller input is never echoed back.
+/// Every violation of `instance` against `validator`, as `{path, keyword, message}` objects,
+/// the most specific first. Messages name the keyword, not the offending value, so caller
+/// input is never echoed back.
+///
+/// An `anyOf` / `oneOf` that no branch satisfies is replaced by the errors of the branch that
+/// got furthest (the deepest instance path, then the fewest errors), recursively: "value is
+/// not of type `string` at `/answers/q1`" instead of "not valid under any of the schemas".
 fn violations(validator: &Validator, instance: &Value) -> Vec<Value> {
-    validator
-        .iter_errors(instance)
-        .map(|error| {
-            let path = error.instance_path().to_string();
-            json!({ "path": if path.is_empty() { "/".to_owned() } else { path }, "message": error.masked().to_string() })
-        })
-        .collect()
+    let mut found: Vec<Value> = validator.iter_errors(instance).flat_map(|error| specific(&error)).collect();
+    found.sort_by_key(|violation| std::cmp::Reverse(depth(violation)));
+    found
+}
+
+fn depth(violation: &Value) -> usize {
+    violation["path"].as_str().map_or(0, |path| path.matches('/').count())
+}
+
+fn specific(error: &ValidationError<'_>) -> Vec<Value> {
+    let branches = match error.kind() {
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => Some(context),
+        _ => None,
+    };
+    let best = branches.and_then(|branches| {
+        branches
+            .iter()
+            .filter(|branch| !branch.is_empty())
+            .map(|branch| branch.iter().flat_map(specific).collect::<Vec<_>>())
+            .max_by_key(|found| (found.iter().map(depth).max().unwrap_or(0), std::cmp::Reverse(found.len())))
+    });
+    if let Some(best) = best {
+        return best;
+    }
+    let path = error.instance_path().to_string();
+    vec![json!({
+        "path": if path.is_empty() { "/".to_owned() } else { path },
+        "keyword": error.kind().keyword(),
+        "message": error.masked().to_string(),
+    })]
+}
+
+/// One line naming a violation's rule and place: `at /answers/q1: value is not of type
+/// "string" (rule: type)`.
+pub fn describe(violation: &Value) -> String {
+    format!(
+        "at {}: {} (rule: {})",
+        violation["path"].as_str().unwrap_or("/"),
+        violation["message"].as_str().unwrap_or("invalid"),
+        violation["keyword"].as_str().unwrap_or("schema")
+    )
 }
 
 /// Validates a workflow definition document.
@@ -68,7 +108,12 @@ pub fn check_against(schema: &Value, instance: &Value) -> Result<(), Vec<Value>>
 
 /// Whether `schema` compiles as a JSON Schema.
 pub fn compiles(schema: &Value) -> bool {
-    jsonschema::options().offline().build(schema).is_ok()
+    compile_error(schema).is_none()
+}
+
+/// Why `schema` does not compile as a JSON Schema (offline: a remote reference fails).
+pub fn compile_error(schema: &Value) -> Option<String> {
+    jsonschema::options().offline().build(schema).err().map(|error| error.to_string())
 }
 
 #[cfg(test)]

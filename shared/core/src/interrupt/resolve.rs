@@ -65,10 +65,7 @@ pub fn judge(
     }
     if let Some(schema) = &record.resume_schema {
         if let Err(violations) = crate::schema::check_against(schema, value) {
-            return Err(Refusal::invalid(
-                "the resume value does not match the interrupt's resumeSchema",
-                json!({ "violations": violations }),
-            ));
+            return Err(schema_refusal(record, value, violations));
         }
     }
     let close = |outcome: &str, outputs: Map<String, Value>, resume_value: Value| Judgement {
@@ -188,7 +185,6 @@ fn judge_approval(
     };
     let required = record.data["requiredApprovals"].as_u64().unwrap_or(1).max(1) as usize;
     let reject_threshold = if record.data["rejectionPolicy"] == "majority" { required / 2 + 1 } else { 1 };
-
     let quorum_label = |count: usize| {
         if required > 1 {
             format!("quorum:{count}-of-{required}")
@@ -226,7 +222,74 @@ fn answers_map(record: &InterruptRecord, value: &Value) -> Result<Map<String, Va
     if !missing.is_empty() {
         return Err(Refusal::invalid("every question needs an answer", json!({ "unanswered": missing })));
     }
+    for question in record.data["questions"].as_array().into_iter().flatten() {
+        let (Some(id), Some(schema)) = (question["id"].as_str(), question.get("schema")) else { continue };
+        let Err(violations) = crate::schema::check_against(schema, &answers[id]) else { continue };
+        // Where the answer sits in what was sent: `/answers/<id>` or `/answers/<index>/answer`.
+        let at = match value.get("answers") {
+            Some(Value::Array(items)) => {
+                let index = items.iter().position(|item| item.get("id").and_then(Value::as_str) == Some(id));
+                format!("/answers/{}/answer", index.unwrap_or(0))
+            }
+            _ => format!("/answers/{}", escape_pointer(id)),
+        };
+        let violations = violations
+            .into_iter()
+            .map(|mut violation| {
+                let inner = violation["path"].as_str().filter(|path| *path != "/").unwrap_or("").to_owned();
+                violation["path"] = json!(format!("{at}{inner}"));
+                violation
+            })
+            .collect();
+        return Err(question_refusal(id, violations));
+    }
     Ok(answers)
+}
+
+fn escape_pointer(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+/// The refusal of a value that fails the resume schema: the first (most specific) violation
+/// is named in the message — its instance path, what is wrong and the keyword — and, for a
+/// clarification, the question the failing answer belongs to.
+fn schema_refusal(record: &InterruptRecord, value: &Value, violations: Vec<Value>) -> Refusal {
+    let question = (record.kind == InterruptKind::Clarification)
+        .then(|| violations.first().and_then(|first| question_at(value, first["path"].as_str()?)))
+        .flatten();
+    match question {
+        Some(id) => question_refusal(&id, violations),
+        None => {
+            let first = violations.first().cloned().unwrap_or_else(|| json!({}));
+            let message = format!(
+                "the resume value does not match the interrupt's resumeSchema {}",
+                crate::schema::describe(&first)
+            );
+            let details = json!({ "path": first["path"], "keyword": first["keyword"], "violations": violations });
+            Refusal::invalid(message, details)
+        }
+    }
+}
+
+fn question_refusal(id: &str, violations: Vec<Value>) -> Refusal {
+    let first = violations.first().cloned().unwrap_or_else(|| json!({}));
+    let message =
+        format!("the answer to question `{id}` does not match its schema {}", crate::schema::describe(&first));
+    let details = json!({
+        "questionId": id, "path": first["path"], "keyword": first["keyword"], "violations": violations,
+    });
+    Refusal::invalid(message, details)
+}
+
+/// The question id an instance path under `/answers` points into, in either answer shape.
+fn question_at(value: &Value, path: &str) -> Option<String> {
+    let segment = path.strip_prefix("/answers/")?.split('/').next()?;
+    let segment = segment.replace("~1", "/").replace("~0", "~");
+    match value.get("answers")? {
+        Value::Object(map) => map.contains_key(&segment).then_some(segment),
+        Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?.get("id")?.as_str().map(str::to_owned),
+        _ => None,
+    }
 }
 
 /// An external event must carry every correlation key with the awaited value, at the top
@@ -299,7 +362,6 @@ mod tests {
         }
         assert_eq!(record.tally(), (2, 0));
         let third = judge(&record, &json!({ "action": "accept", "voter": "c" }), &by("key"), None, 2).unwrap();
-
         let closing = third.closing.expect("quorum reached");
         assert_eq!((closing.outcome.as_str(), closing.resolved_by.as_str()), ("accept", "quorum:3-of-3"));
     }
@@ -336,5 +398,84 @@ mod tests {
         assert_eq!(record.tally(), (0, 1));
         let judged = judge(&record, &json!({ "action": "accept", "voter": "a" }), &by("key"), None, 1).unwrap();
         assert_eq!(judged.tally, Some(VoteTally { accepts: 1, rejects: 0 }));
+    }
+
+    fn pending(request: crate::interrupt::request::InterruptRequest) -> InterruptRecord {
+        InterruptRecord {
+            id: "int-1".into(),
+            node_id: "n".into(),
+            occurrence: 1,
+            kind: request.kind,
+            key: "r:n:1".into(),
+            data: request.data,
+            resume_schema: request.resume_schema,
+            timeout_ms: None,
+            profile: request.profile,
+            requested_at: 0,
+            votes: Vec::new(),
+            tally: None,
+            state: InterruptState::Pending,
+        }
+    }
+
+    fn refused(record: &InterruptRecord, value: Value) -> (String, Value) {
+        match judge(record, &value, &by("alice"), None, 1).unwrap_err() {
+            Refusal::Invalid { message, details } => (message, details),
+            other => panic!("not a validation refusal: {other:?}"),
+        }
+    }
+
+    fn clarification() -> InterruptRecord {
+        let config = json!({ "questions": [
+            { "id": "colour", "question": "Colour?", "schema": { "type": "string", "minLength": 2 } },
+            { "id": "count", "question": "How many?", "schema": { "type": "integer", "maximum": 9 } },
+        ] });
+        pending(crate::interrupt::request::clarification_gate(config.as_object().unwrap()).unwrap())
+    }
+
+    #[test]
+    fn a_wrong_answer_names_its_question_rule_and_path() {
+        let record = clarification();
+        let (message, details) = refused(&record, json!({ "answers": { "colour": "red", "count": 12 } }));
+        assert!(!message.contains("anyOf"), "{message}");
+        assert!(message.contains("`count`") && message.contains("maximum"), "{message}");
+        assert_eq!(details["questionId"], "count", "{details}");
+        assert_eq!(details["path"], "/answers/count", "{details}");
+        assert_eq!(details["keyword"], "maximum", "{details}");
+    }
+
+    #[test]
+    fn the_list_form_of_answers_is_checked_against_each_question_schema() {
+        let record = clarification();
+        let value = json!({ "answers": [{ "id": "colour", "answer": 7 }, { "id": "count", "answer": 3 }] });
+        let (message, details) = refused(&record, value);
+        assert!(message.contains("`colour`") && message.contains("string"), "{message}");
+        assert_eq!((details["questionId"].as_str(), details["keyword"].as_str()), (Some("colour"), Some("type")));
+        assert_eq!(details["path"], "/answers/0/answer", "{details}");
+    }
+
+    #[test]
+    fn an_approval_value_outside_the_actions_names_the_rule() {
+        let record = gate(json!({ "actions": ["accept", "reject"] }));
+        let (message, details) = refused(&record, json!({ "action": "maybe" }));
+        assert!(message.contains("/action") && message.contains("enum"), "{message}");
+        assert_eq!((details["path"].as_str(), details["keyword"].as_str()), (Some("/action"), Some("enum")));
+    }
+
+    #[test]
+    fn an_external_event_payload_names_the_deepest_failing_path() {
+        let config = json!({ "kind": "external-event",
+            "data": { "eventType": "paid", "correlation": { "order": "o-1" } },
+            "resumeSchema": { "type": "object", "properties": { "eventPayload": { "anyOf": [
+                { "type": "object", "properties": { "amount": { "type": "number" } } },
+                { "type": "null" },
+            ] } } } });
+        let record = pending(crate::interrupt::request::interrupt_node("n", config.as_object().unwrap()).unwrap());
+        let (message, details) = refused(&record, json!({ "eventPayload": { "order": "o-1", "amount": "ten" } }));
+        assert!(!message.contains("anyOf"), "{message}");
+        assert_eq!(
+            (details["path"].as_str(), details["keyword"].as_str()),
+            (Some("/eventPayload/amount"), Some("type"))
+        );
     }
 }
