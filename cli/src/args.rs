@@ -98,8 +98,9 @@ pub struct ServeArgs {
     /// Node executions allowed per run (the ceiling for configurable.recursionLimit).
     #[arg(long, env = "TRELLIS_MAX_NODE_EXECUTIONS", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_node_executions: u32,
-    /// Longest run in milliseconds (the ceiling for `configurable.runTimeoutMs`).
-    #[arg(long, env = "TRELLIS_MAX_RUN_DURATION_MS", default_value_t = 86_400_000, value_parser = clap::value_parser!(u64).range(1000..))]
+    /// Longest run in milliseconds, at most 2592000000 (30 days): the ceiling for
+    /// `configurable.runTimeoutMs` and for the durations a registered definition gives.
+    #[arg(long, env = "TRELLIS_MAX_RUN_DURATION_MS", default_value_t = 86_400_000, value_parser = clap::value_parser!(u64).range(1000..=trellis_core::limits::MAX_RUN_DURATION_MS))]
     pub max_run_duration_ms: u64,
     /// Serve the conformance test seams (/v1/host/sample/...) to keys with the test:seams
     /// scope, and honour the capability overlay they set. Off by default; never in production.

@@ -84,6 +84,13 @@ impl Settings {
                 reason: "must be at least 2 (one delivery to try, one to fail the run)".into(),
             });
         }
+        let max_run_duration_ms = number(lookup, "TRELLIS_MAX_RUN_DURATION_MS", defaults.max_run_duration_ms)?;
+        if !(1000..=trellis_core::limits::MAX_RUN_DURATION_MS).contains(&max_run_duration_ms) {
+            return Err(SettingsError::Invalid {
+                name: "TRELLIS_MAX_RUN_DURATION_MS",
+                reason: format!("must be from 1000 to {} (30 days)", trellis_core::limits::MAX_RUN_DURATION_MS),
+            });
+        }
         Ok(Self {
             table_name: required(lookup, "TRELLIS_TABLE_NAME")?,
             step_queue_url: required(lookup, "TRELLIS_STEP_QUEUE_URL")?,
@@ -93,7 +100,7 @@ impl Settings {
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
-                max_run_duration_ms: number(lookup, "TRELLIS_MAX_RUN_DURATION_MS", defaults.max_run_duration_ms)?,
+                max_run_duration_ms,
                 max_request_body_bytes: defaults.max_request_body_bytes,
             },
         })
@@ -151,6 +158,21 @@ mod tests {
             ("TRELLIS_COMPLETION_QUEUE_URL", "c"),
         ]);
         assert_eq!(Settings::from_lookup(&good).unwrap().max_receive_count, 5);
+        for ceiling in ["999", "2592000001", "18446744073709551615"] {
+            let beyond = lookup(&[
+                ("TRELLIS_TABLE_NAME", "t"),
+                ("TRELLIS_STEP_QUEUE_URL", "q"),
+                ("TRELLIS_COMPLETION_QUEUE_URL", "c"),
+                ("TRELLIS_MAX_RUN_DURATION_MS", ceiling),
+            ]);
+            assert!(
+                matches!(
+                    Settings::from_lookup(&beyond),
+                    Err(SettingsError::Invalid { name: "TRELLIS_MAX_RUN_DURATION_MS", .. })
+                ),
+                "{ceiling}"
+            );
+        }
         let short = lookup(&[("TRELLIS_API_KEYS", "[]"), ("TRELLIS_CURSOR_SECRET", "short")]);
         assert!(matches!(
             ApiSettings::from_lookup(&short),

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DefinitionError {
     /// The document does not match `schemas/workflow-definition.schema.json`.
-    #[error("workflow definition does not match the schema")]
+    #[error("the workflow definition does not match the schema {}", first_violation(.violations))]
     Schema {
         /// One entry per schema violation: `{path, message}`.
         violations: Vec<Value>,
@@ -40,7 +40,20 @@ pub enum DefinitionError {
     NodeConfig {
         /// The node.
         node_id: String,
+        /// JSON pointer to the node's config, e.g. `/nodes/2/config`.
+        path: String,
         /// What is wrong.
+        message: String,
+    },
+    /// A part of the definition that could never run: an invalid regex, a schema that does not
+    /// compile or refers outside itself, a duplicate id, a duration out of range, …
+    #[error("{message} (at {path})")]
+    Invalid {
+        /// JSON pointer to the offending part, e.g. `/nodes/3/config/delayMs`.
+        path: String,
+        /// The rule: `unique`, `regex`, `schema`, `remote_ref`, `required`, `quorum`, `duration`.
+        rule: &'static str,
+        /// What is wrong, naming the rule.
         message: String,
     },
     /// A node the entry node cannot reach.
@@ -57,20 +70,31 @@ impl DefinitionError {
     /// Structured details for the error envelope.
     pub fn details(&self) -> Value {
         match self {
-            Self::Schema { violations } => json!({ "reason": "schema", "violations": violations }),
+            Self::Schema { violations } => {
+                let path = violations.first().map_or(Value::Null, |first| first["path"].clone());
+                json!({ "reason": "schema", "path": path, "violations": violations })
+            }
             Self::DuplicateNode { node_id } => json!({ "reason": "duplicate_node", "nodeId": node_id }),
             Self::DanglingEdge { edge_id, node_id } => {
                 json!({ "reason": "dangling_edge", "edgeId": edge_id, "nodeId": node_id })
             }
             Self::Cycle { nodes } => json!({ "reason": "cycle", "nodes": nodes }),
-            Self::NodeConfig { node_id, message } => {
-                json!({ "reason": "invalid_node_config", "nodeId": node_id, "problem": message })
+            Self::NodeConfig { node_id, path, message } => {
+                json!({ "reason": "invalid_node_config", "nodeId": node_id, "path": path, "problem": message })
+            }
+            Self::Invalid { path, rule, message } => {
+                json!({ "reason": "invalid_definition", "path": path, "rule": rule, "problem": message })
             }
             Self::Unreachable { node_id, entry } => {
                 json!({ "reason": "unreachable_node", "nodeId": node_id, "entryNodeId": entry })
             }
         }
     }
+}
+
+/// The first (most specific) schema violation, described.
+fn first_violation(violations: &[Value]) -> String {
+    violations.first().map(crate::schema::describe).unwrap_or_default()
 }
 
 /// A failure of a storage adapter.

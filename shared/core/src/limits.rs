@@ -9,12 +9,20 @@ pub const IDEMPOTENCY_RETENTION_SECONDS: u64 = 86_400;
 /// [`IDEMPOTENCY_RETENTION_SECONDS`] in milliseconds.
 pub const IDEMPOTENCY_RETENTION_MS: u64 = IDEMPOTENCY_RETENTION_SECONDS * 1000;
 
+/// The longest run-duration ceiling a host may be configured with (30 days), and so the
+/// longest duration anything in a run may ask for: a delay, an interrupt's `timeoutMs`, a run
+/// timeout. Every due time is `now + d` with `d` at most this, far inside the range every
+/// store keeps times in (SQLite `INTEGER`, DynamoDB numbers, SQS delays are clamped).
+pub const MAX_RUN_DURATION_MS: u64 = 30 * 24 * 60 * 60 * 1000;
+
 /// The limits this host enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostLimits {
     /// Ceiling for node executions per run (and for `configurable.recursionLimit`).
     pub max_node_executions: u32,
-    /// Ceiling for a run's wall-clock duration (and for `configurable.runTimeoutMs`).
+    /// Ceiling for a run's wall-clock duration (and for `configurable.runTimeoutMs`, and for
+    /// the literal durations a definition gives: `delayMs`, `timeoutMs`); at most
+    /// [`MAX_RUN_DURATION_MS`].
     pub max_run_duration_ms: u64,
     /// Largest accepted request body, in bytes.
     pub max_request_body_bytes: usize,

@@ -54,7 +54,14 @@ fn optional_string(config: &Map<String, Value>, key: &str) -> Result<Option<Stri
 fn timeout(config: &Map<String, Value>) -> Result<Option<u64>, ConfigIssue> {
     match config.get("timeoutMs") {
         None | Some(Value::Null) => Ok(None),
-        Some(value) => value.as_u64().map(Some).ok_or_else(|| invalid("`timeoutMs` must be a non-negative integer")),
+        Some(value) => {
+            crate::nodes::duration_ms(value, crate::limits::MAX_RUN_DURATION_MS).map(Some).ok_or_else(|| {
+                invalid(format!(
+                    "`timeoutMs` must be an integer number of milliseconds from 0 to {}",
+                    crate::limits::MAX_RUN_DURATION_MS
+                ))
+            })
+        }
     }
 }
 

@@ -5,10 +5,20 @@
 //! right operand. `expression` conditions need an expression language this host does not
 //! have, so a workflow using them is stored but not runnable (see [`crate::nodes::find_gap`]).
 
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 use crate::model::definition::EdgeConditionDef;
+
+/// The largest compiled size of a regex condition's pattern (bytes of the compiled program and
+/// of its lazy DFA each); a larger pattern is refused at registration.
+pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiles a regex condition's pattern within [`REGEX_SIZE_LIMIT`], as registration checks
+/// it and evaluation runs it.
+pub fn compile_regex(pattern: &str) -> Result<Regex, regex::Error> {
+    RegexBuilder::new(pattern).size_limit(REGEX_SIZE_LIMIT).dfa_size_limit(REGEX_SIZE_LIMIT).build()
+}
 
 /// Why a condition could not be evaluated. The node that owns the edge fails with
 /// `invalid_edge_condition`.
@@ -33,8 +43,8 @@ pub fn evaluate(
         "regex" => {
             let pattern =
                 right.as_str().ok_or_else(|| ConditionError("a regex condition needs a string pattern".into()))?;
-            let regex =
-                Regex::new(pattern).map_err(|_| ConditionError("the regex condition's pattern is invalid".into()))?;
+            let regex: Regex = compile_regex(pattern)
+                .map_err(|_| ConditionError("the regex condition's pattern is invalid".into()))?;
             Ok(left.as_str().is_some_and(|text| regex.is_match(text)))
         }
         other => Err(ConditionError(format!("condition type `{other}` is not supported"))),

@@ -2,6 +2,7 @@
 //! walks ([`graph`]), edge conditions ([`condition`]) and [`Workflow`], a definition that has
 //! passed validation together with what this host can and cannot run of it.
 
+pub mod checks;
 pub mod condition;
 pub mod definition;
 pub mod graph;
@@ -59,18 +60,27 @@ pub struct Workflow {
 }
 
 impl Workflow {
-    /// Validates `document` against the schema and the graph rules and compiles it.
+    /// Validates `document` against the schema, the graph rules and the rules of [`checks`]
+    /// and compiles it.
     ///
     /// Node kinds the host does not run do not make this fail: they are recorded as
     /// [`Workflow::gap`], so the workflow is stored but not runnable.
     pub fn compile(document: Value) -> Result<Self, DefinitionError> {
+        Self::compile_within(document, crate::limits::MAX_RUN_DURATION_MS)
+    }
+
+    /// [`Workflow::compile`] for a tenant's registration on a host whose run-duration ceiling
+    /// is `max_duration_ms`: a literal duration above it is refused (a run could never wait
+    /// that long). [`Workflow::compile`] uses [`crate::limits::MAX_RUN_DURATION_MS`].
+    pub fn compile_within(document: Value, max_duration_ms: u64) -> Result<Self, DefinitionError> {
         schema::validate_workflow(&document)?;
         let definition: WorkflowDefinition = serde_json::from_value(document.clone()).map_err(|error| {
-            DefinitionError::Schema { violations: vec![json!({ "path": "", "message": error.to_string() })] }
+            DefinitionError::Schema { violations: vec![json!({ "path": "/", "message": error.to_string() })] }
         })?;
         let graph = Graph::build(&definition)?;
-        if let Some((node_id, message)) = nodes::find_invalid_config(&definition) {
-            return Err(DefinitionError::NodeConfig { node_id, message });
+        checks::check(&definition, max_duration_ms)?;
+        if let Some((index, node_id, message)) = nodes::find_invalid_config(&definition) {
+            return Err(DefinitionError::NodeConfig { node_id, path: format!("/nodes/{index}/config"), message });
         }
         let gap = nodes::find_gap(&definition);
         let content_hash = content_hash(&document);

@@ -151,24 +151,37 @@ pub fn find_gap(definition: &WorkflowDefinition) -> Option<CapabilityGap> {
     })
 }
 
-/// The first node whose config its kind refuses, as `(node id, reason)`; a `core.dispatch`
-/// without a supervisor in the workflow is refused too (RFC 0007 §H1).
-pub fn find_invalid_config(definition: &WorkflowDefinition) -> Option<(String, String)> {
-    let invalid = definition.nodes.iter().find_map(|node| match kind(&node.type_id)?.check(&node.id, &node.config) {
-        Err(ConfigIssue::Invalid(message)) => Some((node.id.clone(), message)),
-        _ => None,
+/// The first node whose config its kind refuses, as `(node index, node id, reason)`; a
+/// `core.dispatch` without a supervisor in the workflow is refused too (RFC 0007 §H1).
+pub fn find_invalid_config(definition: &WorkflowDefinition) -> Option<(usize, String, String)> {
+    let invalid = definition.nodes.iter().enumerate().find_map(|(index, node)| {
+        match kind(&node.type_id)?.check(&node.id, &node.config) {
+            Err(ConfigIssue::Invalid(message)) => Some((index, node.id.clone(), message)),
+            _ => None,
+        }
     });
     let has_supervisor = definition.nodes.iter().any(|node| node.type_id == crate::model::graph::SUPERVISOR_TYPE_ID);
     invalid.or_else(|| {
-        definition.nodes.iter().find(|node| node.type_id == crate::engine::DISPATCH_TYPE_ID && !has_supervisor).map(
-            |node| {
-                (node.id.clone(), "core.dispatch needs a core.orchestrator.supervisor in the same workflow".to_owned())
-            },
-        )
+        definition
+            .nodes
+            .iter()
+            .enumerate()
+            .find(|(_, node)| node.type_id == crate::engine::DISPATCH_TYPE_ID && !has_supervisor)
+            .map(|(index, node)| {
+                let message = "core.dispatch needs a core.orchestrator.supervisor in the same workflow".to_owned();
+                (index, node.id.clone(), message)
+            })
     })
 }
 
-/// Reads a non-negative millisecond count from a JSON number.
-pub(crate) fn as_millis(value: &Value) -> Option<u64> {
-    value.as_u64().or_else(|| value.as_f64().filter(|ms| ms.is_finite() && *ms >= 0.0).map(|ms| ms as u64))
+/// A duration in milliseconds: an integer (an integral JSON number) from 0 to `ceiling`;
+/// anything else (negative, fractional, too large, not a number) is `None`.
+pub(crate) fn duration_ms(value: &Value, ceiling: u64) -> Option<u64> {
+    let ms = value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|ms| ms.is_finite() && *ms >= 0.0 && ms.fract() == 0.0 && *ms <= ceiling as f64)
+            .map(|ms| ms as u64)
+    })?;
+    (ms <= ceiling).then_some(ms)
 }

@@ -11,6 +11,7 @@
 use serde_json::{Map, Value};
 
 use super::{NodeContext, NodeKind, NodeOutcome};
+use crate::interrupt::request::ConfigIssue;
 use crate::run::RunError;
 
 /// The `core.subWorkflow` kind.
@@ -74,6 +75,10 @@ impl SubWorkflowConfig {
 impl NodeKind for SubWorkflow {
     fn type_id(&self) -> &'static str {
         "core.subWorkflow"
+    }
+
+    fn check(&self, _node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue> {
+        SubWorkflowConfig::parse(config).map(|_| ()).map_err(ConfigIssue::Invalid)
     }
 
     fn execute(&self, context: &NodeContext<'_>) -> NodeOutcome {

@@ -225,7 +225,9 @@ impl Services {
         if let Some(workflow) = self.compiled.lock().expect("cache lock").get(&hash) {
             return Ok(workflow.clone());
         }
-        let workflow = Arc::new(Workflow::compile(document).map_err(|_| ServiceError::Internal)?);
+        // A stored definition that today's rules refuse (stored before a rule existed) is
+        // answered as what it is, a validation error naming the rule, not an outage.
+        let workflow = Arc::new(Workflow::compile(document).map_err(ServiceError::from)?);
         self.compiled.lock().expect("cache lock").insert(hash, workflow.clone());
         Ok(workflow)
     }

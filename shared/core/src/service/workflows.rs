@@ -88,7 +88,7 @@ impl Services {
     ) -> Result<(Arc<Workflow>, bool), ServiceError> {
         let document = crate::model::normalize_spelling(document);
         self.refusal_scan(&document).await?;
-        let workflow = Workflow::compile(document)?;
+        let workflow = Workflow::compile_within(document, self.limits.max_run_duration_ms)?;
         if let Some(gap) = &workflow.gap {
             return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
         }
