@@ -97,7 +97,12 @@ impl fmt::Display for CampaignReport {
         writeln!(f, "  stuck creates        {}", self.stuck.len())?;
         writeln!(f, "  retried creates      {}", self.retried_creates)?;
         writeln!(f, "  restart to answer    median {median} ms, max {max} ms")?;
-        writeln!(f, "  load / verify        {:.1} s / {:.1} s", self.load_time.as_secs_f64(), self.verify_time.as_secs_f64())?;
+        writeln!(
+            f,
+            "  load / verify        {:.1} s / {:.1} s",
+            self.load_time.as_secs_f64(),
+            self.verify_time.as_secs_f64()
+        )?;
         for line in self.stuck.iter().chain(&self.lost).chain(&self.duplicated).chain(&self.malformed).take(20) {
             writeln!(f, "  ! {line}")?;
         }
@@ -168,7 +173,13 @@ struct Shared {
     stuck: Mutex<Vec<String>>,
 }
 
-async fn call(http: &reqwest::Client, method: reqwest::Method, url: String, body: Option<&Value>, key: Option<&str>) -> Option<(u16, Value)> {
+async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<&Value>,
+    key: Option<&str>,
+) -> Option<(u16, Value)> {
     let mut request = http.request(method, url).bearer_auth(KEY).timeout(Duration::from_secs(10));
     if let Some(key) = key {
         request = request.header("Idempotency-Key", key);
@@ -306,11 +317,19 @@ enum Verdict {
     Malformed(String),
 }
 
-async fn verify_run(http: &reqwest::Client, base: &str, run_id: &str, expected: &[&str], patience: Duration) -> Verdict {
+async fn verify_run(
+    http: &reqwest::Client,
+    base: &str,
+    run_id: &str,
+    expected: &[&str],
+    patience: Duration,
+) -> Verdict {
     let started = Instant::now();
     loop {
         match call(http, reqwest::Method::GET, format!("{base}/v1/runs/{run_id}"), None, None).await {
-            Some((200, snapshot)) if matches!(snapshot["status"].as_str(), Some("completed" | "failed" | "cancelled")) => {
+            Some((200, snapshot))
+                if matches!(snapshot["status"].as_str(), Some("completed" | "failed" | "cancelled")) =>
+            {
                 if snapshot["status"] != "completed" {
                     return Verdict::Malformed(format!("ended {}: {}", snapshot["status"], snapshot["error"]));
                 }
@@ -321,8 +340,14 @@ async fn verify_run(http: &reqwest::Client, base: &str, run_id: &str, expected: 
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
-    let Some((200, page)) =
-        call(http, reqwest::Method::GET, format!("{base}/v1/runs/{run_id}/events/poll?lastSequence=-1&timeout=0"), None, None).await
+    let Some((200, page)) = call(
+        http,
+        reqwest::Method::GET,
+        format!("{base}/v1/runs/{run_id}/events/poll?lastSequence=-1&timeout=0"),
+        None,
+        None,
+    )
+    .await
     else {
         return Verdict::Lost(String::from("its events could not be read"));
     };

@@ -94,7 +94,10 @@ mod tests {
         );
         assert!(missing_endpoints(
             &both,
-            env(&[("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:8000"), ("AWS_ENDPOINT_URL_SQS", "http://127.0.0.1:4566")])
+            env(&[
+                ("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:8000"),
+                ("AWS_ENDPOINT_URL_SQS", "http://127.0.0.1:4566")
+            ])
         )
         .is_empty());
     }
