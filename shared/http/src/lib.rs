@@ -1,8 +1,10 @@
 //! # trellis-http
 //!
-//! The OpenWOP v1 wire surface as one axum [`Router`], built by [`router`] from an
-//! [`AppState`] of shared services. The embedded host serves it with `axum::serve`; the
-//! serverless `api` function will serve the same router through `lambda_http`.
+//! The OpenWOP v1 and v2 wire surfaces as one axum [`Router`], built by [`router`] from an
+//! [`AppState`] of shared services. The embedded host serves it through its own connection
+//! layer (`trellis::serve`: read timeouts, a connection limit, envelopes for malformed
+//! request heads); the serverless `api` function serves the same router through
+//! `lambda_http`.
 //!
 //! Every non-2xx answer is the canonical envelope `{error, message, details?}` — axum's own
 //! rejections (body limit, unknown route, wrong method) included, via [`error::envelope_layer`].

@@ -1,5 +1,7 @@
 //! The run lifecycle as an explicit transition table: one `match` on `(status, input)` with
-//! no catch-all arm. Late and duplicate inputs are rows too. `waiting-*` below means
+//! no catch-all arm — every input kind has its own rows, and a status wildcard appears only
+//! where the table below says *any* or *any other* (resolve, pause, resume, set variables,
+//! delivery exhausted). Late and duplicate inputs are rows too. `waiting-*` below means
 //! `waiting-approval`, `waiting-input` and `waiting-external`.
 //!
 //! | status                         | input            | result                                            |
