@@ -465,15 +465,6 @@ fn resume_values() -> Vec<Value> {
     ]
 }
 
-/// A run of `workflow` suspended at `node` (no worker here: its step is applied by hand).
-async fn suspended(h: &Harness, workflow: &str, node: &str) -> String {
-    let (_, created) = h.post("/v1/runs", &json!({ "workflowId": workflow })).await;
-    let run_id = created["runId"].as_str().unwrap().to_owned();
-    let step = trellis_core::engine::Input::Step { node_id: node.into(), activation: 1 };
-    h.services.apply_until_committed(&run_id, step).await.unwrap();
-    run_id
-}
-
 #[test]
 fn arbitrary_resume_values_resolve_or_are_refused_cleanly() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -481,7 +472,7 @@ fn arbitrary_resume_values_resolve_or_are_refused_cleanly() {
     let targets = [("gated", "gate"), ("asking", "ask")];
     let runs: Vec<std::cell::RefCell<String>> = targets
         .iter()
-        .map(|(workflow, node)| std::cell::RefCell::new(runtime.block_on(suspended(&h, workflow, node))))
+        .map(|(workflow, node)| std::cell::RefCell::new(runtime.block_on(h.suspended(workflow, node))))
         .collect();
     let strategy = (mutated(resume_values()), 0..targets.len(), any::<bool>());
     let mut runner = TestRunner::new(Config { failure_persistence: None, ..Config::default() });
@@ -499,7 +490,7 @@ fn arbitrary_resume_values_resolve_or_are_refused_cleanly() {
             .map_err(TestCaseError::fail)?;
         if status.is_success() {
             // Resolved (or a vote recorded): suspend a fresh run so later cases reach the judge.
-            *runs[target].borrow_mut() = runtime.block_on(suspended(&h, workflow, node));
+            *runs[target].borrow_mut() = runtime.block_on(h.suspended(workflow, node));
         }
         Ok(())
     });

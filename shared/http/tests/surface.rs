@@ -2,158 +2,35 @@
 //! batches), `Last-Event-ID` and poll cursors beyond the sequence range, the discovery
 //! `ETag`, the workflow listing, and the hint for a v2 run id used raw in a path.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
-use axum::Router;
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
 use serde_json::{json, Value};
-use tower::ServiceExt;
-use trellis_core::limits::HostLimits;
-use trellis_core::ports::{Clock, IdGenerator, Notifier, GLOBAL_NAMESPACE};
-use trellis_core::service::{Ports, Services};
-use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
-use trellis_store_sqlite::SqliteStore;
+use support::{assert_envelope, Answer, Harness, Setup};
+use trellis_http::StreamSettings;
 
-struct FixedClock;
-impl Clock for FixedClock {
-    fn now(&self) -> u64 {
-        1_767_225_600_000
-    }
-}
-
-#[derive(Default)]
-struct CountingIds(AtomicU64);
-impl IdGenerator for CountingIds {
-    fn run_id(&self) -> String {
-        format!("run-{}", self.0.fetch_add(1, Ordering::SeqCst))
-    }
-}
-
-/// Nothing is ever committed while a test reads a stream: waiting just sleeps the timeout.
-struct Sleeper;
-#[async_trait::async_trait]
-impl Notifier for Sleeper {
-    fn committed(&self, _run_id: &str) {}
-    fn generation(&self) -> u64 {
-        0
-    }
-    async fn wait(&self, _seen: u64, timeout: Duration) {
-        tokio::time::sleep(timeout).await;
-    }
-}
-
-struct Harness {
-    app: Router,
-    services: Arc<Services>,
-}
-
-fn key(label: &str, secret: &str, tenant: &str, scopes: &[&str]) -> ApiKey {
-    ApiKey {
-        label: label.into(),
-        hash: ApiKey::hash_of(secret),
-        tenant: tenant.into(),
-        scopes: scopes.iter().map(|s| s.to_string()).collect(),
-    }
-}
-
+/// `chain`, `gated` and `conversational`; waiting for a commit sleeps, and a stream of a live
+/// run ends after 300 ms, so a test reading one finishes.
 async fn harness() -> Harness {
-    let store = Arc::new(SqliteStore::open_in_memory().unwrap());
-    let ports = Ports {
-        store: store.clone(),
-        effects: store,
-        clock: Arc::new(FixedClock),
-        ids: Arc::new(CountingIds::default()),
-        notifier: Arc::new(Sleeper),
-    };
-    let services = Arc::new(Services::new(ports, HostLimits::default()));
-    let definitions = [
-        json!({"id": "chain", "name": "Chain", "version": "1",
-               "nodes": [{"id": "a", "typeId": "core.noop"}, {"id": "b", "typeId": "core.noop"}],
-               "edges": [{"id": "ab", "sourceNodeId": "a", "targetNodeId": "b"}]}),
-        json!({"id": "gated", "name": "Gated", "nodes": [{"id": "gate", "typeId": "core.approvalGate"}]}),
-        json!({"id": "conversational", "name": "Conversational",
-               "nodes": [{"id": "talk", "typeId": "core.conversationGate"}]}),
-    ];
-    for definition in definitions {
-        services.put_workflow(GLOBAL_NAMESPACE, definition).await.unwrap();
-    }
-    let keys = KeyRing::new(vec![
-        key("alice", "alice-key", "tenant-a", &["*"]),
-        key("bob", "bob-key", "tenant-b", &["*"]),
-        key("reader", "reader-key", "tenant-a", &["runs:read"]),
-        key("manifest", "manifest-key", "tenant-a", &["manifest:read"]),
-    ]);
-    let state = AppState {
-        services: services.clone(),
-        keys: Arc::new(keys),
-        discovery: Arc::new(Discovery::new(&HostLimits::default(), &[])),
-        cursor_key: Arc::new([7; 32]),
-        // A stream of a live run ends after 300 ms, so a test reading one finishes.
+    Setup {
+        workflows: &["chain", "gated", "conversational"],
         streams: StreamSettings { keepalive: Duration::from_secs(15), max_duration: Some(Duration::from_millis(300)) },
-    };
-    Harness { app: router(state), services }
+        sleeping_notifier: true,
+        ..Setup::default()
+    }
+    .build()
+    .await
 }
 
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    text: String,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
-    }
-}
-
-impl Harness {
-    async fn send(
-        &self,
-        method: &str,
-        uri: &str,
-        key: Option<&str>,
-        headers: &[(&str, &str)],
-        body: Option<Value>,
-    ) -> Answer {
-        let mut request = Request::builder().method(method).uri(uri);
-        if let Some(key) = key {
-            request = request.header("authorization", format!("Bearer {key}"));
-        }
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let body = body.map_or_else(Body::empty, |body| Body::from(body.to_string()));
-        let response = self.app.clone().oneshot(request.body(body).unwrap()).await.unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        Answer { status, headers, text: String::from_utf8(bytes.to_vec()).unwrap() }
-    }
-
-    async fn get(&self, uri: &str, key: &str, headers: &[(&str, &str)]) -> Answer {
-        self.send("GET", uri, Some(key), headers, None).await
-    }
-
-    /// A run of `gated`, suspended at its gate and then cancelled: terminal, with a
-    /// `node.suspended` in its log.
-    async fn finished_run(&self) -> String {
-        let run_id = self.suspended_run().await;
-        let answer = self.send("POST", &format!("/v1/runs/{run_id}/cancel"), Some("alice-key"), &[], None).await;
-        assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
-        run_id
-    }
-
-    async fn suspended_run(&self) -> String {
-        let created = self.send("POST", "/v1/runs", Some("alice-key"), &[], Some(json!({"workflowId": "gated"}))).await;
-        let run_id = created.json()["runId"].as_str().unwrap().to_owned();
-        let step = trellis_core::engine::Input::Step { node_id: "gate".into(), activation: 1 };
-        self.services.apply_until_committed(&run_id, step).await.unwrap();
-        run_id
-    }
+/// A run of `gated`, suspended at its gate and then cancelled: terminal, with a
+/// `node.suspended` in its log.
+async fn finished_run(h: &Harness) -> String {
+    let run_id = h.suspended("gated", "gate").await;
+    let answer = h.send("POST", &format!("/v1/runs/{run_id}/cancel"), Some("alice-key"), &[], None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    run_id
 }
 
 /// One SSE frame: `(id, event, data)`.
@@ -178,13 +55,6 @@ fn frames(text: &str) -> Vec<Frame> {
         .collect()
 }
 
-fn assert_envelope(body: &Value, code: &str) {
-    let object = body.as_object().unwrap_or_else(|| panic!("not an object: {body}"));
-    assert_eq!(object.get("error").and_then(Value::as_str), Some(code), "{body}");
-    assert!(object.get("message").and_then(Value::as_str).is_some_and(|m| !m.is_empty()), "{body}");
-    assert!(object.keys().all(|k| k == "error" || k == "message" || k == "details"), "{body}");
-}
-
 const SSE: (&str, &str) = ("accept", "text/event-stream");
 
 // ---- item 3: stream modes ----
@@ -192,7 +62,7 @@ const SSE: (&str, &str) = ("accept", "text/event-stream");
 #[tokio::test]
 async fn values_mode_sends_run_snapshots_and_closes_after_the_terminal_one() {
     let h = harness().await;
-    let run_id = h.finished_run().await;
+    let run_id = finished_run(&h).await;
     let answer = h.get(&format!("/v1/runs/{run_id}/events?streamMode=values"), "alice-key", &[SSE]).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
     let got = frames(&answer.text);
@@ -221,7 +91,7 @@ async fn values_mode_sends_run_snapshots_and_closes_after_the_terminal_one() {
 #[tokio::test]
 async fn values_mode_is_served_on_v2_with_the_v2_snapshot() {
     let h = harness().await;
-    let run_id = h.finished_run().await;
+    let run_id = finished_run(&h).await;
     let answer = h.get(&format!("/runs/tenant-a~2F{run_id}/events?streamMode=values"), "alice-key", &[SSE]).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
     let got = frames(&answer.text);
@@ -232,7 +102,7 @@ async fn values_mode_is_served_on_v2_with_the_v2_snapshot() {
 #[tokio::test]
 async fn buffered_streams_send_batches_holding_every_event_once() {
     let h = harness().await;
-    let run_id = h.finished_run().await;
+    let run_id = finished_run(&h).await;
     let plain = frames(&h.get(&format!("/v1/runs/{run_id}/events?streamMode=debug"), "alice-key", &[SSE]).await.text);
     let sequences: Vec<Value> = plain.iter().map(|(_, _, data)| data["sequence"].clone()).collect();
     let answer = h.get(&format!("/v1/runs/{run_id}/events?streamMode=debug&bufferMs=200"), "alice-key", &[SSE]).await;
@@ -274,7 +144,7 @@ async fn a_buffered_live_stream_flushes_what_it_holds_when_it_closes() {
 #[tokio::test]
 async fn messages_stays_refused_and_discovery_lists_the_modes_served() {
     let h = harness().await;
-    let run_id = h.finished_run().await;
+    let run_id = finished_run(&h).await;
     for mode in ["messages", "values,updates", "updates,messages"] {
         let answer = h.get(&format!("/v1/runs/{run_id}/events?streamMode={mode}"), "alice-key", &[SSE]).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{mode}");
@@ -292,7 +162,7 @@ async fn messages_stays_refused_and_discovery_lists_the_modes_served() {
 #[tokio::test]
 async fn a_last_event_id_past_every_sequence_resumes_after_everything() {
     let h = harness().await;
-    let run_id = h.finished_run().await;
+    let run_id = finished_run(&h).await;
     for id in ["9223372036854775808", "18446744073709551615", "99999999999999999999999"] {
         let answer = h
             .get(&format!("/v1/runs/{run_id}/events?streamMode=debug"), "alice-key", &[SSE, ("last-event-id", id)])
@@ -319,7 +189,7 @@ async fn a_last_event_id_past_every_sequence_resumes_after_everything() {
 #[tokio::test]
 async fn a_malformed_last_event_id_is_a_validation_error_naming_the_header() {
     let h = harness().await;
-    let run_id = h.finished_run().await;
+    let run_id = finished_run(&h).await;
     for id in ["abc", "-2", "1.5", "0x10"] {
         let answer = h.get(&format!("/v1/runs/{run_id}/events"), "alice-key", &[SSE, ("last-event-id", id)]).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{id}: {}", answer.text);
@@ -369,7 +239,7 @@ async fn discovery_has_a_strong_etag_and_answers_if_none_match_with_304() {
 #[tokio::test]
 async fn a_raw_v2_run_id_in_a_path_gets_a_hint_to_encode_the_slash() {
     let h = harness().await;
-    let run_id = h.finished_run().await;
+    let run_id = finished_run(&h).await;
     for uri in [
         format!("/runs/tenant-a/{run_id}"),
         format!("/runs/tenant-a/{run_id}/events"),
