@@ -199,7 +199,10 @@ async fn interrupt_events_and_snapshots_match_the_official_schemas() {
     }
     let run_id = client.create(json!({"workflowId": "conformance-delay", "inputs": {"delayMs": 500}})).await;
     client.wait_status(&run_id, "running", SPEC_DEADLINE).await;
-    assert_eq!(client.request("POST", &format!("/v1/runs/{run_id}:pause"), None).await.0, 202);
+    // Immediate: a drain pause would stay pending while the delay runs, and the resume below
+    // would withdraw it without either event.
+    let immediate = json!({"drainPolicy": "immediate"});
+    assert_eq!(client.request("POST", &format!("/v1/runs/{run_id}:pause"), Some(immediate)).await.0, 202);
     reference.assert_valid("run-snapshot.schema.json", &client.snapshot(&run_id).await);
     assert_eq!(client.request("POST", &format!("/v1/runs/{run_id}:resume"), None).await.0, 202);
     client.wait_terminal(&run_id, SPEC_DEADLINE).await;
