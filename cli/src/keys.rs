@@ -106,3 +106,20 @@ fn persisted_secret(path: &Path, make: fn() -> String) -> Result<String, KeyErro
         .map_err(|source| KeyError::Persist { path: shown, source })?;
     Ok(key)
 }
+
+/// The key given on standard input, trimmed: one line after a prompt when standard input is
+/// a terminal, else all of it. `None` when nothing (or only blanks) could be read.
+pub fn read_key_from_stdin() -> Option<String> {
+    use std::io::{IsTerminal, Read};
+    let stdin = std::io::stdin();
+    let mut key = String::new();
+    let read = if stdin.is_terminal() {
+        eprint!("API key to hash (one line): ");
+        let _ = std::io::stderr().flush();
+        stdin.read_line(&mut key).map(drop)
+    } else {
+        stdin.lock().read_to_string(&mut key).map(drop)
+    };
+    let key = key.trim();
+    (read.is_ok() && !key.is_empty()).then(|| key.to_owned())
+}
