@@ -67,7 +67,7 @@ pub enum LogFormat {
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProcessArgs {
     /// Open connections at most; one more is answered 503 and closed, with a warning logged.
-    #[arg(long, env = "TRELLIS_MAX_CONNECTIONS", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "TRELLIS_MAX_CONNECTIONS", default_value_t = crate::serve::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
     /// Log format: text, or json (one object per line).
     #[arg(long, env = "TRELLIS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

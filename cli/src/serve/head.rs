@@ -49,6 +49,14 @@ impl Rejection {
         }
     }
 
+    /// What httparse and `http::Uri` both refuse in a target: the one message for both.
+    fn invalid_target() -> Self {
+        Self::bad_request(
+            "request-target",
+            "the request target is not a valid URI (only ASCII is allowed; percent-encode other bytes)",
+        )
+    }
+
     fn target_too_long() -> Self {
         Self {
             status: StatusCode::URI_TOO_LONG,
@@ -164,10 +172,7 @@ pub(crate) fn check(buf: &[u8]) -> Head {
 fn refusal(request: &httparse::Request<'_, '_>, error: httparse::Error) -> Rejection {
     match error {
         httparse::Error::TooManyHeaders => Rejection::head_too_large(),
-        httparse::Error::Token if request.method.is_some() => Rejection::bad_request(
-            "request-target",
-            "the request target is not a valid URI (only ASCII is allowed; percent-encode other bytes)",
-        ),
+        httparse::Error::Token if request.method.is_some() => Rejection::invalid_target(),
         httparse::Error::HeaderName => {
             Rejection::bad_request("header", "a header name is empty or holds a character outside the token set")
         }
@@ -199,10 +204,7 @@ fn validate(request: &httparse::Request<'_, '_>) -> Result<Framing, Rejection> {
         return Err(Rejection::target_too_long());
     }
     if Uri::try_from(path).is_err() {
-        return Err(Rejection::bad_request(
-            "request-target",
-            "the request target is not a valid URI (only ASCII is allowed; percent-encode other bytes)",
-        ));
+        return Err(Rejection::invalid_target());
     }
     let http_11 = request.version == Some(1);
     let mut length: Option<u64> = None;

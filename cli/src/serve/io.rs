@@ -22,6 +22,9 @@ use super::ConnectionSettings;
 /// What hyper is handed in place of a refused head: the service answers it from the queue.
 const SYNTHETIC_HEAD: &[u8] = b"GET / HTTP/1.1\r\nhost: trellis\r\n\r\n";
 
+/// The most read from the socket at once.
+const READ_CHUNK: usize = 8 * 1024;
+
 /// State shared by a connection's reader and its service.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -215,11 +218,15 @@ impl PreParsed {
         shared.verdicts.push_back(Some(rejection));
     }
 
-    /// The timer that runs now, if any, and its deadline.
-    fn deadline(&mut self) -> Option<(Instant, Timer)> {
+    /// Registers `waker` to be woken when the connection becomes idle, and returns the timer
+    /// that runs now, if any, and its deadline (one lock of the shared state).
+    fn arm(&mut self, waker: &Waker) -> Option<(Instant, Timer)> {
+        let mut shared = self.shared.lock();
+        if !shared.reader.as_ref().is_some_and(|reader| reader.will_wake(waker)) {
+            shared.reader = Some(waker.clone());
+        }
         match self.state {
             State::Head => {
-                let shared = self.shared.lock();
                 if shared.in_flight > 0 {
                     // A response is in flight (an SSE stream, a long-poll): not idle.
                     return None;
@@ -260,21 +267,25 @@ impl AsyncRead for PreParsed {
                 State::Done => return Poll::Ready(Ok(())),
                 _ => {}
             }
-            let mut chunk = [0u8; 8 * 1024];
-            let mut read = ReadBuf::new(&mut chunk);
-            match Pin::new(&mut this.io).poll_read(cx, &mut read) {
-                Poll::Ready(Ok(())) if read.filled().is_empty() => {
+            // Read straight into the buffer's tail (no intermediate chunk to copy from).
+            let filled = this.buf.len();
+            this.buf.resize(filled + READ_CHUNK, 0);
+            let mut read = ReadBuf::new(&mut this.buf[filled..]);
+            let polled = Pin::new(&mut this.io).poll_read(cx, &mut read);
+            let got = read.filled().len();
+            this.buf.truncate(filled + got);
+            match polled {
+                Poll::Ready(Ok(())) if got == 0 => {
                     // The client closed. Unchecked bytes of a partial head are dropped: hyper
                     // sees the end of stream where the head would have started.
                     this.buf.truncate(this.ready);
                     this.state = State::Done;
                     return Poll::Ready(Ok(()));
                 }
-                Poll::Ready(Ok(())) => this.buf.extend_from_slice(read.filled()),
+                Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
                 Poll::Pending => {
-                    this.shared.lock().reader = Some(cx.waker().clone());
-                    let Some((deadline, timer)) = this.deadline() else { return Poll::Pending };
+                    let Some((deadline, timer)) = this.arm(cx.waker()) else { return Poll::Pending };
                     if this.sleep.deadline() != deadline {
                         this.sleep.as_mut().reset(deadline);
                     }

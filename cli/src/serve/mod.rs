@@ -39,12 +39,12 @@ pub struct ConnectionSettings {
 }
 
 /// The default of `--max-connections`.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 512;
 
 impl Default for ConnectionSettings {
     fn default() -> Self {
         Self {
-            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections: DEFAULT_MAX_CONNECTIONS as usize,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),

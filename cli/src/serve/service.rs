@@ -45,7 +45,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             let response = match verdict {
                 Some(rejection) => {
                     info!(status = rejection.status.as_u16(), error = rejection.code, "request refused before routing");
-                    return Ok(refusal(&rejection).map(|body| Tracked { body, _guard: guard }));
+                    refusal(&rejection)
                 }
                 None => {
                     let method = request.method().clone();
