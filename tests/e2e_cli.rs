@@ -2,6 +2,8 @@
 //! when its output is a file (no colour codes; one line per request with the route template;
 //! one line per run transition; `--log-format json` parses line by line).
 
+mod common;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -104,29 +106,10 @@ fn serve(dir: &Path, format: Option<&str>) -> Served {
 
 /// Drives a run to its end and touches an interrupt-token route; returns the run id.
 async fn traffic(base: &str) -> String {
-    let http = reqwest::Client::new();
-    let created: Value = http
-        .post(format!("{base}/v1/runs"))
-        .bearer_auth(KEY)
-        .json(&json!({"workflowId": "conformance-noop"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let run_id = created["runId"].as_str().expect("run created").to_owned();
-    let started = Instant::now();
-    loop {
-        let snapshot: Value =
-            http.get(format!("{base}/v1/runs/{run_id}")).bearer_auth(KEY).send().await.unwrap().json().await.unwrap();
-        if snapshot["status"] == "completed" {
-            break;
-        }
-        assert!(started.elapsed() < GUARD, "{snapshot}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = http.get(format!("{base}/v1/interrupts/secret-token-value")).bearer_auth(KEY).send().await.unwrap();
+    let client = common::Client::new(base, KEY);
+    let run_id = client.create(json!({"workflowId": "conformance-noop"})).await;
+    client.wait_status(&run_id, "completed", GUARD).await;
+    let _ = client.request("GET", "/v1/interrupts/secret-token-value", None).await;
     run_id
 }
 

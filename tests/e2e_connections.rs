@@ -227,13 +227,19 @@ async fn a_body_that_never_arrives_is_cut_off_after_the_body_timeout() {
     host.stop().await;
 }
 
+/// A client of `host` and a run of it parked in a minute-long delay (cancel it when done).
+async fn parked_run(host: &EmbeddedHost) -> (common::Client, String) {
+    let client = common::Client::new(format!("http://{}", host.addr), KEY);
+    let run_id = client.create(json!({"workflowId": "conformance-cancellable", "inputs": {"delayMs": 60000}})).await;
+    (client, run_id)
+}
+
 /// Opens an SSE stream on a run parked in a long delay and reads it for several idle
 /// timeouts: keep-alive comments keep arriving, the connection stays open.
 #[tokio::test]
 async fn an_sse_stream_is_not_idle() {
     let host = host(short_settings()).await;
-    let client = common::Client::new(format!("http://{}", host.addr), KEY);
-    let run_id = client.create(json!({"workflowId": "conformance-cancellable", "inputs": {"delayMs": 60000}})).await;
+    let (client, run_id) = parked_run(&host).await;
     let mut conn = Conn::open(&host).await;
     let request = format!(
         "GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {KEY}\r\nAccept: text/event-stream\r\n\r\n"
@@ -258,8 +264,7 @@ async fn an_sse_stream_is_not_idle() {
 #[tokio::test]
 async fn a_long_poll_is_not_idle() {
     let host = host(short_settings()).await;
-    let client = common::Client::new(format!("http://{}", host.addr), KEY);
-    let run_id = client.create(json!({"workflowId": "conformance-cancellable", "inputs": {"delayMs": 60000}})).await;
+    let (client, run_id) = parked_run(&host).await;
     // Wait until the delay node is parked: nothing more happens for a minute.
     let started = Instant::now();
     while !common::types(&client.events(&run_id).await).contains(&"node.started".to_owned()) {
