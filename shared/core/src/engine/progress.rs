@@ -140,12 +140,10 @@ impl<'a> Transition<'a> {
             Some(node_id),
             json!({ "nodeId": node_id, "typeId": definition.type_id, "attempt": 1 }),
         );
-        let outcome = match nodes::kind(&definition.type_id) {
-            Some(kind) if nodes::requires::missing_requirement(kind).is_some() => {
-                let capability = nodes::requires::missing_requirement(kind).unwrap_or_default();
-                NodeOutcome::Failed(nodes::requires::not_provided(node_id, capability))
-            }
-            Some(kind) => match self.resolve_inputs(&definition.inputs) {
+        let kind = nodes::kind(&definition.type_id).map(|kind| (kind, nodes::requires::missing_requirement(kind)));
+        let outcome = match kind {
+            Some((_, Some(capability))) => NodeOutcome::Failed(nodes::requires::not_provided(node_id, capability)),
+            Some((kind, None)) => match self.resolve_inputs(&definition.inputs) {
                 Ok(inputs) => kind.execute(&NodeContext {
                     node_id,
                     config: &definition.config,
@@ -392,7 +390,10 @@ impl<'a> Transition<'a> {
         for &edge in &self.workflow.graph.outgoing[index] {
             let taken = match &self.workflow.definition.edges[edge].condition {
                 None => Ok(true),
-                Some(c) => condition::evaluate(c, &outputs, &self.state.variables),
+                Some(c) => {
+                    let regex = self.workflow.edge_regexes.get(edge).and_then(Option::as_ref);
+                    condition::evaluate(c, regex, &outputs, &self.state.variables)
+                }
             };
             match taken {
                 Ok(taken) => resolutions.push((edge, taken)),

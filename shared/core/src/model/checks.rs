@@ -16,6 +16,7 @@
 //!   [`MAX_RUN_DURATION_MS`] for every definition, the host's configured run-duration
 //!   ceiling for a tenant's registration ([`crate::model::Workflow::compile_within`]).
 
+use regex::Regex;
 use serde_json::{Map, Value};
 
 use super::condition;
@@ -33,21 +34,31 @@ fn segment(text: &str) -> String {
 }
 
 /// Every rule above; durations against `max_duration_ms` (at most [`MAX_RUN_DURATION_MS`]).
-pub fn check(definition: &WorkflowDefinition, max_duration_ms: u64) -> Result<(), DefinitionError> {
+/// Returns each edge's compiled `regex` condition, by edge index, so the engine never
+/// compiles a pattern again.
+pub fn check(definition: &WorkflowDefinition, max_duration_ms: u64) -> Result<Vec<Option<Regex>>, DefinitionError> {
     unique(definition.edges.iter().map(|edge| edge.id.as_str()), "edges", "id", "edge id")?;
     unique(definition.variables.iter().map(|variable| variable.name.as_str()), "variables", "name", "variable name")?;
+    let mut regexes = Vec::with_capacity(definition.edges.len());
     for (index, edge) in definition.edges.iter().enumerate() {
-        let Some(condition) = edge.condition.as_ref().filter(|condition| condition.kind == "regex") else { continue };
+        let Some(condition) = edge.condition.as_ref().filter(|condition| condition.kind == "regex") else {
+            regexes.push(None);
+            continue;
+        };
         let path = format!("/edges/{index}/condition/right");
         let Some(pattern) = condition.right.as_ref().and_then(Value::as_str) else {
             return Err(refuse(path, "regex", "a regex condition needs a string pattern in `right`"));
         };
-        if let Err(error) = condition::compile_regex(pattern) {
-            // The parser's message spans lines (pattern, caret, reason): keep the reason.
-            let text = error.to_string();
-            let reason = text.lines().map(str::trim).rfind(|line| !line.is_empty()).unwrap_or("invalid");
-            let reason = reason.trim_start_matches("error: ");
-            return Err(refuse(path, "regex", format!("the regex condition's pattern does not compile: {reason}")));
+        match condition::compile_regex(pattern) {
+            Ok(regex) => regexes.push(Some(regex)),
+            Err(error) => {
+                // The parser's message spans lines (pattern, caret, reason): keep the reason.
+                let text = error.to_string();
+                let reason = text.lines().map(str::trim).rfind(|line| !line.is_empty()).unwrap_or("invalid");
+                let reason = reason.trim_start_matches("error: ");
+                let message = format!("the regex condition's pattern does not compile: {reason}");
+                return Err(refuse(path, "regex", message));
+            }
         }
     }
     if let Some(schema) = &definition.configurable_schema {
@@ -85,7 +96,8 @@ pub fn check(definition: &WorkflowDefinition, max_duration_ms: u64) -> Result<()
             _ => {}
         }
     }
-    durations(definition, max_duration_ms.min(MAX_RUN_DURATION_MS))
+    durations(definition, max_duration_ms.min(MAX_RUN_DURATION_MS))?;
+    Ok(regexes)
 }
 
 fn unique<'a>(

@@ -27,8 +27,12 @@ pub fn compile_regex(pattern: &str) -> Result<Regex, regex::Error> {
 pub struct ConditionError(pub String);
 
 /// Evaluates `condition` against the source node's `outputs` and the run's `variables`.
+///
+/// `regex` is the condition's pattern as the workflow compiled it at registration
+/// ([`crate::model::Workflow::edge_regexes`]); without it the pattern is compiled here.
 pub fn evaluate(
     condition: &EdgeConditionDef,
+    regex: Option<&Regex>,
     outputs: &Map<String, Value>,
     variables: &Map<String, Value>,
 ) -> Result<bool, ConditionError> {
@@ -43,8 +47,15 @@ pub fn evaluate(
         "regex" => {
             let pattern =
                 right.as_str().ok_or_else(|| ConditionError("a regex condition needs a string pattern".into()))?;
-            let regex: Regex = compile_regex(pattern)
-                .map_err(|_| ConditionError("the regex condition's pattern is invalid".into()))?;
+            let compiled;
+            let regex = match regex {
+                Some(regex) => regex,
+                None => {
+                    compiled = compile_regex(pattern)
+                        .map_err(|_| ConditionError("the regex condition's pattern is invalid".into()))?;
+                    &compiled
+                }
+            };
             Ok(left.as_str().is_some_and(|text| regex.is_match(text)))
         }
         other => Err(ConditionError(format!("condition type `{other}` is not supported"))),
@@ -112,7 +123,7 @@ mod tests {
     fn reads_source_outputs_and_variables() {
         let outputs = map(json!({"approved": true, "score": {"value": 7}}));
         let variables = map(json!({"tier": "gold"}));
-        let eval = |c| evaluate(&condition(c), &outputs, &variables).unwrap();
+        let eval = |c| evaluate(&condition(c), None, &outputs, &variables).unwrap();
         assert!(eval(json!({"type": "equals", "left": "output.approved", "right": true})));
         assert!(eval(json!({"type": "equals", "left": "output.score.value", "right": 7})));
         assert!(eval(json!({"type": "notEquals", "left": "tier", "right": "silver"})));
@@ -123,9 +134,18 @@ mod tests {
     }
 
     #[test]
+    fn a_regex_compiled_at_registration_is_the_one_evaluated() {
+        let variables = map(json!({"tier": "gold"}));
+        let regex_condition = condition(json!({"type": "regex", "left": "tier", "right": "^g"}));
+        let compiled = compile_regex("^s").unwrap();
+        assert!(!evaluate(&regex_condition, Some(&compiled), &Map::new(), &variables).unwrap());
+        assert!(evaluate(&regex_condition, None, &Map::new(), &variables).unwrap());
+    }
+
+    #[test]
     fn expression_conditions_are_not_evaluated() {
         let error =
-            evaluate(&condition(json!({"type": "expression", "expression": "x > 1"})), &Map::new(), &Map::new());
+            evaluate(&condition(json!({"type": "expression", "expression": "x > 1"})), None, &Map::new(), &Map::new());
         assert!(error.is_err());
     }
 }

@@ -57,6 +57,8 @@ pub struct Workflow {
     pub graph: Graph,
     /// `None` when this host runs every part of the definition.
     pub gap: Option<CapabilityGap>,
+    /// Each edge's `regex` condition (by edge index), compiled once at registration.
+    pub edge_regexes: Vec<Option<regex::Regex>>,
 }
 
 impl Workflow {
@@ -78,13 +80,13 @@ impl Workflow {
             DefinitionError::Schema { violations: vec![json!({ "path": "/", "message": error.to_string() })] }
         })?;
         let graph = Graph::build(&definition)?;
-        checks::check(&definition, max_duration_ms)?;
+        let edge_regexes = checks::check(&definition, max_duration_ms)?;
         if let Some((index, node_id, message)) = nodes::find_invalid_config(&definition) {
             return Err(DefinitionError::NodeConfig { node_id, path: format!("/nodes/{index}/config"), message });
         }
         let gap = nodes::find_gap(&definition);
         let content_hash = content_hash(&document);
-        Ok(Self { document, definition, content_hash, graph, gap })
+        Ok(Self { document, definition, content_hash, graph, gap, edge_regexes })
     }
 
     /// The workflow id.
