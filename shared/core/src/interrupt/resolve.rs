@@ -319,22 +319,7 @@ mod tests {
     use crate::interrupt::InterruptState;
 
     fn gate(config: Value) -> InterruptRecord {
-        let request = approval_gate("gate", config.as_object().unwrap()).unwrap();
-        InterruptRecord {
-            id: "int-1".into(),
-            node_id: "gate".into(),
-            occurrence: 1,
-            kind: request.kind,
-            key: "r:gate:1".into(),
-            data: request.data,
-            resume_schema: request.resume_schema,
-            timeout_ms: None,
-            profile: request.profile,
-            requested_at: 0,
-            votes: Vec::new(),
-            tally: None,
-            state: InterruptState::Pending,
-        }
+        pending("gate", approval_gate("gate", config.as_object().unwrap()).unwrap())
     }
 
     fn by(subject: &str) -> Resolver {
@@ -400,13 +385,14 @@ mod tests {
         assert_eq!(judged.tally, Some(VoteTally { accepts: 1, rejects: 0 }));
     }
 
-    fn pending(request: crate::interrupt::request::InterruptRequest) -> InterruptRecord {
+    /// The pending record of `request`, raised by `node_id`.
+    fn pending(node_id: &str, request: crate::interrupt::request::InterruptRequest) -> InterruptRecord {
         InterruptRecord {
             id: "int-1".into(),
-            node_id: "n".into(),
+            node_id: node_id.into(),
             occurrence: 1,
             kind: request.kind,
-            key: "r:n:1".into(),
+            key: format!("r:{node_id}:1"),
             data: request.data,
             resume_schema: request.resume_schema,
             timeout_ms: None,
@@ -430,7 +416,7 @@ mod tests {
             { "id": "colour", "question": "Colour?", "schema": { "type": "string", "minLength": 2 } },
             { "id": "count", "question": "How many?", "schema": { "type": "integer", "maximum": 9 } },
         ] });
-        pending(crate::interrupt::request::clarification_gate(config.as_object().unwrap()).unwrap())
+        pending("n", crate::interrupt::request::clarification_gate(config.as_object().unwrap()).unwrap())
     }
 
     #[test]
@@ -470,7 +456,7 @@ mod tests {
                 { "type": "object", "properties": { "amount": { "type": "number" } } },
                 { "type": "null" },
             ] } } } });
-        let record = pending(crate::interrupt::request::interrupt_node("n", config.as_object().unwrap()).unwrap());
+        let record = pending("n", crate::interrupt::request::interrupt_node("n", config.as_object().unwrap()).unwrap());
         let (message, details) = refused(&record, json!({ "eventPayload": { "order": "o-1", "amount": "ten" } }));
         assert!(!message.contains("anyOf"), "{message}");
         assert_eq!(

@@ -41,7 +41,9 @@ fn gate(caller: &Caller, state: &AppState) -> Result<(), ApiError> {
     caller.require(Scope::TestSeams)
 }
 
-fn object_body(body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
+/// The seam's gate, then the body as a JSON object.
+fn gated_object(caller: &Caller, state: &AppState, body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    gate(caller, state)?;
     match json_body(body)? {
         Some(Value::Object(fields)) => Ok(fields),
         _ => Err(ApiError::validation("the body must be a JSON object")),
@@ -54,8 +56,7 @@ pub(crate) async fn capability_toggle(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    gate(&caller, &state)?;
-    let fields = object_body(&body)?;
+    let fields = gated_object(&caller, &state, &body)?;
     let reset = fields.get("reset") == Some(&Value::Bool(true));
     let name = fields.get("name").and_then(Value::as_str);
     if !reset && name.is_none() {
@@ -97,8 +98,7 @@ pub(crate) async fn set_variables(
     Path(run_id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    gate(&caller, &state)?;
-    let mut fields = object_body(&body)?;
+    let mut fields = gated_object(&caller, &state, &body)?;
     let Some(Value::Object(variables)) = fields.remove("variables") else {
         return Err(ApiError::validation("the body is `{variables: {name: value, …}}`"));
     };
@@ -115,8 +115,7 @@ pub(crate) async fn per_item_dispatch(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    gate(&caller, &state)?;
-    let mut fields = object_body(&body)?;
+    let mut fields = gated_object(&caller, &state, &body)?;
     if let Some(unknown) = fields.keys().find(|key| !PER_ITEM_FIELDS.contains(&key.as_str())) {
         return Err(ApiError::validation(format!("`{unknown}` is not a field of this seam"))
             .with_details(json!({ "field": unknown, "allowed": PER_ITEM_FIELDS })));
@@ -153,8 +152,7 @@ pub(crate) async fn concurrent_claim(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    gate(&caller, &state)?;
-    let fields = object_body(&body)?;
+    let fields = gated_object(&caller, &state, &body)?;
     let executors = match fields.get("executors") {
         None => 2,
         Some(value) => value.as_u64().filter(|n| (2..=MAX_EXECUTORS).contains(n)).ok_or_else(|| {
