@@ -32,6 +32,23 @@ const UNIVERSAL_ENVELOPES: [&str; 4] = ["clarification.request", "schema.request
 #[derive(Debug, Clone)]
 pub struct Discovery {
     document: Value,
+    /// The v1 and v2 answers without an overlay, serialized and tagged once.
+    rendered: [Rendered; 2],
+}
+
+/// A serialized discovery body and its entity tag.
+#[derive(Debug, Clone)]
+struct Rendered {
+    body: axum::body::Bytes,
+    tag: HeaderValue,
+}
+
+impl Rendered {
+    fn of(document: &Value) -> Self {
+        let body = serde_json::to_vec(document).expect("the discovery document serializes");
+        let tag = HeaderValue::from_str(&entity_tag(&body)).expect("a hex tag is a header value");
+        Self { body: body.into(), tag }
+    }
 }
 
 impl Discovery {
@@ -105,7 +122,8 @@ impl Discovery {
         if !fixtures.is_empty() {
             document["fixtures"] = json!(fixtures);
         }
-        Self { document }
+        let rendered = [Rendered::of(&document), Rendered::of(&Self::v2(&document))];
+        Self { document, rendered }
     }
 
     /// The document.
@@ -151,26 +169,24 @@ pub(crate) async fn well_known(State(state): State<AppState>, headers: HeaderMap
         Some(Ok(2)) => true,
         Some(_) => return crate::v2::unsupported_version().into_response(),
     };
-    let (document, cache) = if state.services.test_seams {
-        match state.services.capability_overlay().await {
-            Ok(overlay) => (state.discovery.with_overlay(&overlay), "no-store"),
+    let (rendered, cache) = if state.services.test_seams {
+        let document = match state.services.capability_overlay().await {
+            Ok(overlay) => state.discovery.with_overlay(&overlay),
             Err(error) => return crate::error::ApiError::from(error).into_response(),
-        }
+        };
+        (Rendered::of(&if v2 { Discovery::v2(&document) } else { document }), "no-store")
     } else {
-        (state.discovery.document().clone(), "public, max-age=300")
+        (state.discovery.rendered[usize::from(v2)].clone(), "public, max-age=300")
     };
-    let document = if v2 { Discovery::v2(&document) } else { document };
-    let body = serde_json::to_vec(&document).expect("the discovery document serializes");
-    let tag = entity_tag(&body);
-    let mut response = if matches_none_of(&headers, &tag) {
-        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let mut response = if matches_none_of(&headers, &rendered.tag) {
+        ([(header::CONTENT_TYPE, "application/json")], rendered.body).into_response()
     } else {
         StatusCode::NOT_MODIFIED.into_response()
     };
     let response_headers = response.headers_mut();
     response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     response_headers.insert(header::VARY, HeaderValue::from_static("OpenWOP-Version"));
-    response_headers.insert(header::ETAG, HeaderValue::from_str(&tag).expect("a hex tag is a header value"));
+    response_headers.insert(header::ETAG, rendered.tag);
     if v2 {
         response_headers.insert(crate::v2::VERSION_HEADER, HeaderValue::from_static("2.0"));
     }
@@ -184,7 +200,8 @@ fn entity_tag(body: &[u8]) -> String {
 }
 
 /// `false` when `If-None-Match` matches `tag` (so the answer is `304`).
-fn matches_none_of(headers: &HeaderMap, tag: &str) -> bool {
+fn matches_none_of(headers: &HeaderMap, tag: &HeaderValue) -> bool {
+    let tag = tag.to_str().expect("a hex tag is text");
     let mut candidates = headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|value| value.to_str().ok());
     !candidates.any(|list| {
         list.split(',').map(str::trim).any(|candidate| candidate == "*" || candidate.trim_start_matches("W/") == tag)
