@@ -5,6 +5,7 @@
 
 mod races;
 mod retention;
+pub mod votes;
 
 use std::sync::Arc;
 
