@@ -6,51 +6,28 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{assert_log_well_formed, types, Client};
 use serde_json::{json, Value};
+use trellis_testkit::host::{ServeProcess, DELAY_EVENTS, MULTI_NODE_EVENTS};
 
 const KEY: &str = "crash-key";
 const SPEC_DEADLINE: Duration = Duration::from_secs(5);
 
-struct Host {
-    child: Child,
-    base: String,
+async fn spawn(data_dir: &Path, crash_at: Option<&str>) -> ServeProcess {
+    trellis_testkit::host::spawn(Path::new(env!("CARGO_BIN_EXE_trellis")), data_dir, KEY, crash_at).await
 }
 
-fn spawn(data_dir: &Path, crash_at: Option<&str>) -> Host {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
-    command
-        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .env("TRELLIS_API_KEY", KEY)
-        .env("RUST_LOG", "warn")
-        .env_remove("OPENWOP_FIXTURES_DIR")
-        .env_remove("TRELLIS_TEST_CRASH_AT")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    if let Some(point) = crash_at {
-        command.env("TRELLIS_TEST_CRASH_AT", point);
-    }
-    let mut child = command.spawn().expect("trellis starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("trellis prints its address");
-    let base = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(base.starts_with("http://"), "unexpected first line {line:?}");
-    Host { child, base }
+async fn wait_exit(host: &mut ServeProcess, within: Duration) {
+    let exited = tokio::time::timeout(within, host.child.wait()).await.expect("the crash point was never reached");
+    exited.expect("the crashed host is reaped");
 }
 
-fn wait_exit(child: &mut Child, within: Duration) {
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        assert!(started.elapsed() < within, "the crash point was never reached");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+/// Kills `host` (SIGKILL) and reaps it.
+async fn kill(mut host: ServeProcess) {
+    host.child.kill().await.unwrap();
 }
 
 /// Creates a run with an idempotency key; the process may die before answering, so the
@@ -71,11 +48,11 @@ async fn create_keyed(base: &str, idempotency_key: &str, body: &Value) -> Option
 async fn crash_and_recover(point: &str) {
     let dir = tempfile::tempdir().unwrap();
     let body = json!({"workflowId": "conformance-multi-node"});
-    let mut crashing = spawn(dir.path(), Some(point));
+    let mut crashing = spawn(dir.path(), Some(point)).await;
     let answered = create_keyed(&crashing.base, "crash-run", &body).await;
-    wait_exit(&mut crashing.child, SPEC_DEADLINE);
+    wait_exit(&mut crashing, SPEC_DEADLINE).await;
 
-    let mut recovered = spawn(dir.path(), None);
+    let recovered = spawn(dir.path(), None).await;
     let replayed = create_keyed(&recovered.base, "crash-run", &body).await.expect("the accepted run survived");
     if let Some(answered) = answered {
         assert_eq!(answered, replayed);
@@ -85,22 +62,8 @@ async fn crash_and_recover(point: &str) {
     assert_eq!(snapshot["status"], "completed", "{point}");
     let events = client.events(&replayed).await;
     assert_log_well_formed(&events);
-    assert_eq!(
-        types(&events),
-        [
-            "run.started",
-            "node.started",
-            "node.completed",
-            "node.started",
-            "node.completed",
-            "node.started",
-            "node.completed",
-            "run.completed"
-        ],
-        "{point}"
-    );
-    recovered.child.kill().unwrap();
-    recovered.child.wait().unwrap();
+    assert_eq!(types(&events), MULTI_NODE_EVENTS, "{point}");
+    kill(recovered).await;
 }
 
 #[tokio::test]
@@ -121,7 +84,7 @@ async fn crash_after_effects_before_ack_recovers() {
 #[tokio::test]
 async fn kill_mid_delay_resumes_the_timer() {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = spawn(dir.path(), None);
+    let first = spawn(dir.path(), None).await;
     let client = Client::new(&first.base, KEY);
     let run_id = client.create(json!({"workflowId": "conformance-delay", "inputs": {"delayMs": 1500}})).await;
     let started = Instant::now();
@@ -129,33 +92,30 @@ async fn kill_mid_delay_resumes_the_timer() {
         assert!(started.elapsed() < SPEC_DEADLINE);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    first.child.kill().unwrap();
-    first.child.wait().unwrap();
+    kill(first).await;
 
-    let mut second = spawn(dir.path(), None);
+    let second = spawn(dir.path(), None).await;
     let client = Client::new(&second.base, KEY);
     let snapshot = client.wait_terminal(&run_id, SPEC_DEADLINE).await;
     assert_eq!(snapshot["status"], "completed");
     let events = client.events(&run_id).await;
     assert_log_well_formed(&events);
-    assert_eq!(types(&events), ["run.started", "node.started", "node.completed", "run.completed"]);
-    second.child.kill().unwrap();
-    second.child.wait().unwrap();
+    assert_eq!(types(&events), DELAY_EVENTS);
+    kill(second).await;
 }
 
 #[tokio::test]
 async fn kill_after_accepting_runs_loses_none() {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = spawn(dir.path(), None);
+    let first = spawn(dir.path(), None).await;
     let client = Client::new(&first.base, KEY);
     let mut accepted = Vec::new();
     for _ in 0..25 {
         accepted.push(client.create(json!({"workflowId": "conformance-multi-node"})).await);
     }
-    first.child.kill().unwrap();
-    first.child.wait().unwrap();
+    kill(first).await;
 
-    let mut second = spawn(dir.path(), None);
+    let second = spawn(dir.path(), None).await;
     let client = Client::new(&second.base, KEY);
     for run_id in &accepted {
         let snapshot = client.wait_terminal(run_id, SPEC_DEADLINE).await;
@@ -164,6 +124,5 @@ async fn kill_after_accepting_runs_loses_none() {
         assert_log_well_formed(&events);
         assert_eq!(events.len(), 8, "{run_id}: {:?}", types(&events));
     }
-    second.child.kill().unwrap();
-    second.child.wait().unwrap();
+    kill(second).await;
 }

@@ -16,15 +16,14 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::watch;
+
+use crate::host::{ServeProcess, DELAY_EVENTS, MULTI_NODE_EVENTS};
 
 /// The bearer key the campaign's host is started with.
 const KEY: &str = "campaign-key";
@@ -112,53 +111,15 @@ impl fmt::Display for CampaignReport {
 
 /// The workflows of the load and the event types each run of them must log.
 fn workload(index: usize) -> (Value, &'static [&'static str]) {
-    const CHAIN: &[&str] = &[
-        "run.started",
-        "node.started",
-        "node.completed",
-        "node.started",
-        "node.completed",
-        "node.started",
-        "node.completed",
-        "run.completed",
-    ];
-    const DELAY: &[&str] = &["run.started", "node.started", "node.completed", "run.completed"];
     if index % 4 == 3 {
-        (json!({"workflowId": "conformance-delay", "inputs": {"delayMs": 25}}), DELAY)
+        (json!({"workflowId": "conformance-delay", "inputs": {"delayMs": 25}}), DELAY_EVENTS)
     } else {
-        (json!({"workflowId": "conformance-multi-node"}), CHAIN)
+        (json!({"workflowId": "conformance-multi-node"}), MULTI_NODE_EVENTS)
     }
 }
 
-/// One started host process.
-struct Host {
-    child: Child,
-    base: String,
-}
-
-async fn spawn_host(trellis: &Path, data_dir: &Path) -> Host {
-    let mut child = Command::new(trellis)
-        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .env("TRELLIS_API_KEY", KEY)
-        .env("RUST_LOG", "warn")
-        .env_remove("OPENWOP_FIXTURES_DIR")
-        .env_remove("TRELLIS_TEST_CRASH_AT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the trellis binary starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-    let mut base = None;
-    while base.is_none() {
-        let line = lines.next_line().await.expect("trellis stdout").expect("trellis printed its address");
-        base = line.split_whitespace().find(|word| word.starts_with("http://")).map(str::to_owned);
-    }
-    // Keep draining stdout so the host never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Host { child, base: base.expect("address") }
+async fn spawn_host(trellis: &Path, data_dir: &Path) -> ServeProcess {
+    crate::host::spawn(trellis, data_dir, KEY, None).await
 }
 
 struct Shared {

@@ -9,6 +9,7 @@
 
 pub mod campaign;
 pub mod external;
+pub mod host;
 pub mod script;
 
 use std::time::Duration;
