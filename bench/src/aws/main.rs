@@ -54,6 +54,7 @@ async fn main() {
         step_queue_url: queues.step,
         completion_queue_url: queues.completion,
         max_receive_count: 5,
+        dispatcher_timeout_ms: trellis_aws::settings::DEFAULT_DISPATCHER_TIMEOUT_MS,
         limits: HostLimits::default(),
         retention_days: 30,
         test_seams: false,

@@ -1,10 +1,17 @@
 //! The dispatcher: one SQS batch of step messages, one step per message, partial batch
 //! failures reported back so only failed messages are redelivered.
 //!
+//! - A batch's messages are handled concurrently by run ([`crate::batch::run_grouped`]):
+//!   different runs at the same time, one run's messages one after another in batch order. A
+//!   slow step (an activity's call) holds up only its own run, so a batch of slow steps takes
+//!   about as long as its slowest run, not the sum; the function timeout
+//!   (`TRELLIS_DISPATCHER_TIMEOUT_MS`) bounds one attempt ([`crate::Settings::max_attempt_ms`]).
 //! - An unparseable message is reported failed every time, so it reaches the DLQ.
 //! - On its last allowed delivery (`maxReceiveCount`), a step is not tried again: its run
 //!   fails with `step_delivery_exhausted` rather than losing the step to the DLQ.
 //! - A step that is not due yet is sent again with a delay and acknowledged.
+
+use std::future::Future;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use tracing::{info, warn};
@@ -13,6 +20,7 @@ use trellis_core::ports::EffectSink;
 use trellis_core::ServiceError;
 use trellis_worker::{process_task, TaskResult};
 
+use crate::batch::{run_grouped, AfterFailure};
 use crate::message::StepMessage;
 use crate::AwsApp;
 
@@ -82,34 +90,58 @@ async fn fail_exhausted(app: &AwsApp, step: &StepMessage) -> Result<(), ServiceE
 }
 
 /// Handles a batch from the step queue; the response names the messages to redeliver.
+/// Messages of different runs are handled concurrently, one run's in batch order; each
+/// message fails or succeeds on its own (an unparseable one is a group of its own).
 pub async fn handle_batch(app: &AwsApp, event: SqsEvent) -> SqsBatchResponse {
-    handle_records(app, event, false).await
+    respond(&event.records, false, |message| handle_message(app, message)).await
 }
 
-/// Handles a batch from the FIFO completion queue: after a failed message, the rest of the
-/// batch is reported failed too, so one parent's notices keep their order.
+/// Handles a batch from the FIFO completion queue: message groups (`MessageGroupId`, one per
+/// parent run) are handled concurrently; after a failed message, the rest of its group is
+/// reported failed too, so one parent's notices keep their order. If a message carries no
+/// group id, the whole batch is treated as one group.
 pub async fn handle_fifo_batch(app: &AwsApp, event: SqsEvent) -> SqsBatchResponse {
-    handle_records(app, event, true).await
+    respond(&event.records, true, |message| handle_message(app, message)).await
 }
 
-async fn handle_records(app: &AwsApp, event: SqsEvent, fifo: bool) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
-    let mut blocked = false;
-    for message in &event.records {
-        let failed = if blocked {
-            true
-        } else if let MessageOutcome::Failed(reason) = handle_message(app, message).await {
-            warn!(message_id = ?message.message_id, %reason, "queue message failed");
-            true
-        } else {
-            false
-        };
-        if failed {
-            blocked |= fifo;
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = message.message_id.clone().unwrap_or_default();
-            response.batch_item_failures.push(failure);
+/// The run a step message belongs to; `None` (a group of its own) when it does not parse.
+fn run_of(message: &SqsMessage) -> Option<String> {
+    StepMessage::decode(message.body.as_deref().unwrap_or("")).ok().map(|step| step.run_id)
+}
+
+fn message_group(message: &SqsMessage) -> Option<&str> {
+    message.attributes.get("MessageGroupId").map(String::as_str)
+}
+
+/// Runs `handle` over `records` grouped as the queue requires and names the failed ones.
+async fn respond<'a, F, Fut>(records: &'a [SqsMessage], fifo: bool, handle: F) -> SqsBatchResponse
+where
+    F: Fn(&'a SqsMessage) -> Fut,
+    Fut: Future<Output = MessageOutcome>,
+{
+    let whole_batch = fifo && records.iter().any(|message| message_group(message).is_none());
+    let key = |message: &SqsMessage| match (fifo, whole_batch) {
+        (true, true) => Some(String::new()),
+        (true, false) => message_group(message).map(str::to_owned),
+        (false, _) => run_of(message),
+    };
+    let after_failure = if fifo { AfterFailure::FailRest } else { AfterFailure::Continue };
+    let handle = &handle;
+    let failed = run_grouped(records, key, after_failure, |message| async move {
+        match handle(message).await {
+            MessageOutcome::Failed(reason) => {
+                warn!(message_id = ?message.message_id, %reason, "queue message failed");
+                true
+            }
+            _ => false,
         }
+    })
+    .await;
+    let mut response = SqsBatchResponse::default();
+    for (message, _) in records.iter().zip(failed).filter(|(_, failed)| *failed) {
+        let mut failure = BatchItemFailure::default();
+        failure.item_identifier = message.message_id.clone().unwrap_or_default();
+        response.batch_item_failures.push(failure);
     }
     response
 }
@@ -125,8 +157,9 @@ pub enum TriggerError {
     Reconcile(trellis_core::StoreError),
 }
 
-/// The dispatcher function's entry: an SQS batch (`Records`) is run step by step; a
-/// scheduled event (`detail-type: Scheduled Event`) runs the outbox reconciler.
+/// The dispatcher function's entry: an SQS batch (`Records`) is run step by step (runs
+/// concurrently, see [`handle_batch`]); a scheduled event (`detail-type: Scheduled Event`)
+/// runs the outbox reconciler.
 pub async fn handle_trigger(app: &AwsApp, payload: serde_json::Value) -> Result<serde_json::Value, TriggerError> {
     if payload.get("Records").is_some() {
         let event: SqsEvent = serde_json::from_value(payload).map_err(|_| TriggerError::UnknownEvent)?;
@@ -139,4 +172,107 @@ pub async fn handle_trigger(app: &AwsApp, payload: serde_json::Value) -> Result<
         return Ok(serde_json::json!({ "reconciled": sent }));
     }
     Err(TriggerError::UnknownEvent)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use trellis_core::engine::Effect;
+
+    use super::*;
+    use crate::batch::tests::Recorder;
+
+    /// A step message `id` of `run` (a FIFO message of group `group` when given).
+    fn message(id: &str, run: &str, group: Option<&str>) -> SqsMessage {
+        let effect = Effect::Step { node_id: id.into(), activation: 1, due_at: 0 };
+        let mut message = SqsMessage::default();
+        message.message_id = Some(id.to_owned());
+        message.body = Some(StepMessage::new(run, &effect).encode());
+        if let Some(group) = group {
+            message.attributes.insert("MessageGroupId".into(), group.to_owned());
+        }
+        message
+    }
+
+    fn garbage(id: &str) -> SqsMessage {
+        let mut message = SqsMessage::default();
+        message.message_id = Some(id.to_owned());
+        message.body = Some("not a step".into());
+        message
+    }
+
+    /// Handles `records` with a fake handler: every message works 10 ms (the ones in `slow`
+    /// 50 ms) and those in `failing` fail. Returns the failed ids and the recorder.
+    async fn handle(records: &[SqsMessage], fifo: bool, slow: &[&str], failing: &[&str]) -> (Vec<String>, Recorder) {
+        let recorder = Recorder::default();
+        let response = respond(records, fifo, |message| {
+            let recorder = &recorder;
+            async move {
+                let id = message.message_id.as_deref().unwrap_or_default();
+                let group = if fifo {
+                    message_group(message).unwrap_or("batch").to_owned()
+                } else {
+                    run_of(message).unwrap_or_else(|| id.to_owned())
+                };
+                recorder.start(&group, id);
+                tokio::time::sleep(Duration::from_millis(if slow.contains(&id) { 50 } else { 10 })).await;
+                recorder.end(&group, id);
+                if failing.contains(&id) {
+                    MessageOutcome::Failed("fake".into())
+                } else {
+                    MessageOutcome::Exhausted
+                }
+            }
+        })
+        .await;
+        (response.batch_item_failures.into_iter().map(|failure| failure.item_identifier).collect(), recorder)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn step_batches_run_runs_concurrently_and_each_run_in_order() {
+        let records = [
+            message("a", "run-1", None),
+            message("b", "run-2", None),
+            message("c", "run-1", None),
+            garbage("g"),
+            message("d", "run-2", None),
+        ];
+        let (failed, recorder) = handle(&records, false, &["a"], &["a", "g", "d"]).await;
+        assert_eq!(failed, ["a", "g", "d"], "each failed message by its id, in batch order");
+        assert_eq!(recorder.started().len(), 5, "a failure does not hold back the rest of its run");
+        assert_eq!(recorder.max_in_flight(), 3, "run-1, run-2 and the unparseable message at once");
+        assert_eq!(recorder.max_in_flight_of("run-1"), 1);
+        assert_eq!(recorder.max_in_flight_of("run-2"), 1);
+        assert!(recorder.ended_before_start("a", "c"), "run-1 keeps its order behind the slow step");
+        assert!(recorder.ended_before_start("b", "d"));
+        assert!(!recorder.ended_before_start("a", "d"), "run-2 does not wait for run-1's slow step");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fifo_batches_fail_the_rest_of_a_group_and_run_groups_concurrently() {
+        let records = [
+            message("p1", "child-1", Some("parent-1")),
+            message("q1", "child-2", Some("parent-2")),
+            message("p2", "child-3", Some("parent-1")),
+            message("q2", "child-4", Some("parent-2")),
+        ];
+        let (failed, recorder) = handle(&records, true, &[], &["p1"]).await;
+        assert_eq!(failed, ["p1", "p2"]);
+        assert_eq!(recorder.started(), ["p1", "q1", "q2"], "p2 is not handled after p1 failed");
+        assert_eq!(recorder.max_in_flight(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fifo_batches_without_group_ids_are_one_group() {
+        let records = [
+            message("p1", "child-1", Some("parent-1")),
+            message("n1", "child-2", None),
+            message("q1", "child-3", Some("parent-2")),
+        ];
+        let (failed, recorder) = handle(&records, true, &[], &["p1"]).await;
+        assert_eq!(failed, ["p1", "n1", "q1"], "nothing after the failure is handled");
+        assert_eq!(recorder.started(), ["p1"]);
+        assert_eq!(recorder.max_in_flight(), 1);
+    }
 }

@@ -7,8 +7,10 @@
 //! - [`message`]: the step-queue message (ids and a schema version only);
 //! - [`effects`]: sending a commit's effects to the SQS queues and marking its DynamoDB page
 //!   sent;
-//! - [`dispatch`]: the dispatcher's batch handler (one step per message, partial batch
-//!   failures, `step_delivery_exhausted` on the last allowed delivery);
+//! - [`dispatch`]: the dispatcher's batch handler (one step per message, runs handled
+//!   concurrently, partial batch failures, `step_delivery_exhausted` on the last allowed
+//!   delivery);
+//! - [`batch`]: handling one batch's items concurrently by group (run, FIFO message group);
 //! - [`reconcile`]: the scheduled sweep that sends commit pages' effects a crash left unsent;
 //! - [`app`]: the composition of store, queue and use cases shared by the functions;
 //! - [`provision`]: creating the queues outside CloudFormation (emulators).
@@ -16,6 +18,7 @@
 //! The Lambda functions in `functions/` are thin `main.rs` files over these.
 
 pub mod app;
+pub mod batch;
 pub mod dispatch;
 pub mod effects;
 pub mod message;

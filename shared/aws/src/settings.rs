@@ -2,6 +2,15 @@
 
 use trellis_core::limits::HostLimits;
 
+/// The default of `TRELLIS_DISPATCHER_TIMEOUT_MS`: the dispatcher function's timeout in
+/// `infra/template.yaml` (60 s).
+pub const DEFAULT_DISPATCHER_TIMEOUT_MS: u64 = 60_000;
+/// What an attempt leaves of the dispatcher timeout for committing its outcome and sending
+/// the commit's effects (DynamoDB and SQS calls, with their retries).
+pub const COMMIT_MARGIN_MS: u64 = 10_000;
+/// The longest Lambda function timeout (15 minutes).
+const MAX_FUNCTION_TIMEOUT_MS: u64 = 900_000;
+
 /// A setting that is missing or malformed; the function refuses to start with it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SettingsError {
@@ -31,6 +40,10 @@ pub struct Settings {
     /// `TRELLIS_MAX_RECEIVE_COUNT` (default 5): the step queue's `maxReceiveCount`; the
     /// dispatcher fails a run on that delivery instead of letting its step reach the DLQ.
     pub max_receive_count: u32,
+    /// `TRELLIS_DISPATCHER_TIMEOUT_MS` (default [`DEFAULT_DISPATCHER_TIMEOUT_MS`]): the
+    /// dispatcher function's timeout, as set in the template; more than
+    /// [`COMMIT_MARGIN_MS`] and at most 15 minutes. See [`Settings::max_attempt_ms`].
+    pub dispatcher_timeout_ms: u64,
     /// Limits (`TRELLIS_MAX_NODE_EXECUTIONS`, `TRELLIS_MAX_RUN_DURATION_MS`).
     pub limits: HostLimits,
     /// `TRELLIS_RETENTION_DAYS` (default 30): how long a run's items are kept.
@@ -69,6 +82,13 @@ fn number<T: std::str::FromStr>(lookup: Lookup<'_>, name: &'static str, default:
 }
 
 impl Settings {
+    /// The longest one step attempt (an activity's call included) may take in the
+    /// dispatcher: its timeout less [`COMMIT_MARGIN_MS`], so the outcome is still committed
+    /// and its effects sent before the function is stopped.
+    pub fn max_attempt_ms(&self) -> u64 {
+        self.dispatcher_timeout_ms.saturating_sub(COMMIT_MARGIN_MS)
+    }
+
     /// Reads the settings from the process environment.
     pub fn from_env() -> Result<Self, SettingsError> {
         Self::from_lookup(&|name| std::env::var(name).ok())
@@ -91,11 +111,23 @@ impl Settings {
                 reason: format!("must be from 1000 to {} (30 days)", trellis_core::limits::MAX_RUN_DURATION_MS),
             });
         }
+        let dispatcher_timeout_ms = number(lookup, "TRELLIS_DISPATCHER_TIMEOUT_MS", DEFAULT_DISPATCHER_TIMEOUT_MS)?;
+        if !(COMMIT_MARGIN_MS + 1000..=MAX_FUNCTION_TIMEOUT_MS).contains(&dispatcher_timeout_ms) {
+            return Err(SettingsError::Invalid {
+                name: "TRELLIS_DISPATCHER_TIMEOUT_MS",
+                reason: format!(
+                    "must be from {} to {MAX_FUNCTION_TIMEOUT_MS} (the commit margin of {COMMIT_MARGIN_MS} plus a \
+                     second, up to Lambda's 15 minutes)",
+                    COMMIT_MARGIN_MS + 1000
+                ),
+            });
+        }
         Ok(Self {
             table_name: required(lookup, "TRELLIS_TABLE_NAME")?,
             step_queue_url: required(lookup, "TRELLIS_STEP_QUEUE_URL")?,
             completion_queue_url: required(lookup, "TRELLIS_COMPLETION_QUEUE_URL")?,
             max_receive_count,
+            dispatcher_timeout_ms,
             retention_days: number(lookup, "TRELLIS_RETENTION_DAYS", 30)?,
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
             limits: HostLimits {
@@ -157,7 +189,10 @@ mod tests {
             ("TRELLIS_STEP_QUEUE_URL", "q"),
             ("TRELLIS_COMPLETION_QUEUE_URL", "c"),
         ]);
-        assert_eq!(Settings::from_lookup(&good).unwrap().max_receive_count, 5);
+        let settings = Settings::from_lookup(&good).unwrap();
+        assert_eq!(settings.max_receive_count, 5);
+        assert_eq!(settings.dispatcher_timeout_ms, 60_000);
+        assert_eq!(settings.max_attempt_ms(), 50_000);
         for ceiling in ["999", "2592000001", "18446744073709551615"] {
             let beyond = lookup(&[
                 ("TRELLIS_TABLE_NAME", "t"),
@@ -173,6 +208,28 @@ mod tests {
                 "{ceiling}"
             );
         }
+        for timeout in ["10999", "900001", "soon"] {
+            let bad = lookup(&[
+                ("TRELLIS_TABLE_NAME", "t"),
+                ("TRELLIS_STEP_QUEUE_URL", "q"),
+                ("TRELLIS_COMPLETION_QUEUE_URL", "c"),
+                ("TRELLIS_DISPATCHER_TIMEOUT_MS", timeout),
+            ]);
+            assert!(
+                matches!(
+                    Settings::from_lookup(&bad),
+                    Err(SettingsError::Invalid { name: "TRELLIS_DISPATCHER_TIMEOUT_MS", .. })
+                ),
+                "{timeout}"
+            );
+        }
+        let longer = lookup(&[
+            ("TRELLIS_TABLE_NAME", "t"),
+            ("TRELLIS_STEP_QUEUE_URL", "q"),
+            ("TRELLIS_COMPLETION_QUEUE_URL", "c"),
+            ("TRELLIS_DISPATCHER_TIMEOUT_MS", "11000"),
+        ]);
+        assert_eq!(Settings::from_lookup(&longer).unwrap().max_attempt_ms(), 1000);
         let short = lookup(&[("TRELLIS_API_KEYS", "[]"), ("TRELLIS_CURSOR_SECRET", "short")]);
         assert!(matches!(
             ApiSettings::from_lookup(&short),

@@ -62,6 +62,7 @@ pub async fn stack() -> Stack {
         step_queue_url: queue_url.clone(),
         completion_queue_url: queues.completion.clone(),
         max_receive_count: MAX_RECEIVES,
+        dispatcher_timeout_ms: trellis_aws::settings::DEFAULT_DISPATCHER_TIMEOUT_MS,
         limits: HostLimits::default(),
         retention_days: 30,
         test_seams: true,
