@@ -10,6 +10,8 @@
 pub mod campaign;
 pub mod external;
 pub mod host;
+pub mod http_server;
+pub mod net;
 pub mod script;
 
 use std::time::Duration;

@@ -1,0 +1,232 @@
+//! A scriptable HTTP/1.1 server on 127.0.0.1 for outbound-HTTP tests: per path a queue of
+//! responses (the last one repeats), and a record of every request it saw.
+//!
+//! ```no_run
+//! # async fn example() {
+//! use trellis_testkit::http_server::{Reply, TestServer};
+//! let server = TestServer::start().await;
+//! server.route("/items", vec![Reply::json(200, &serde_json::json!({"ok": true}))]);
+//! let url = server.url("/items?x=1");
+//! // … call it …
+//! assert_eq!(server.requests()[0].target, "/items?x=1");
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One scripted response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// Headers, in order (a name may repeat).
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+    /// How long to wait before answering (after the request was recorded).
+    pub delay: Duration,
+}
+
+impl Reply {
+    /// `status` with an empty body.
+    pub fn status(status: u16) -> Self {
+        Self { status, headers: Vec::new(), body: Vec::new(), delay: Duration::ZERO }
+    }
+
+    /// `status` with a JSON body.
+    pub fn json(status: u16, body: &Value) -> Self {
+        Self::status(status).header("content-type", "application/json").body(body.to_string().into_bytes())
+    }
+
+    /// `status` with a `text/plain` body.
+    pub fn text(status: u16, body: &str) -> Self {
+        Self::status(status).header("content-type", "text/plain; charset=utf-8").body(body.as_bytes().to_vec())
+    }
+
+    /// The same reply with one more header.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// The same reply with `body`.
+    pub fn body(mut self, body: Vec<u8>) -> Self {
+        self.body = body;
+        self
+    }
+
+    /// The same reply, answered after `delay`.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+/// A request the server saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenRequest {
+    /// The method.
+    pub method: String,
+    /// Path and query, as sent (`/items?x=1`).
+    pub target: String,
+    /// Headers, names lower-case, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl SeenRequest {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(seen, _)| seen.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
+    }
+
+    /// The body parsed as JSON (`Null` if it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The path without the query.
+    pub fn path(&self) -> &str {
+        self.target.split('?').next().unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    routes: HashMap<String, Vec<Reply>>,
+    served: HashMap<String, usize>,
+    requests: Vec<SeenRequest>,
+}
+
+impl State {
+    /// The next reply for `path`; unknown paths get a 404.
+    fn next(&mut self, path: &str) -> Reply {
+        let Some(replies) = self.routes.get(path).filter(|replies| !replies.is_empty()) else {
+            return Reply::text(404, "no route scripted");
+        };
+        let served = self.served.entry(path.to_owned()).or_default();
+        let reply = replies[(*served).min(replies.len() - 1)].clone();
+        *served += 1;
+        reply
+    }
+}
+
+/// The server; stops (with every open connection) when dropped.
+#[derive(Debug)]
+pub struct TestServer {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    /// Starts a server on `127.0.0.1:0`.
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let state = Arc::new(Mutex::new(State::default()));
+        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
+        Self { addr, state, accept }
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// `http://127.0.0.1:<port><path_and_query>`.
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("http://{}{path_and_query}", self.addr)
+    }
+
+    /// Scripts `path` (without query): the replies in turn, the last one repeating.
+    pub fn route(&self, path: &str, replies: Vec<Reply>) {
+        let mut state = lock(&self.state);
+        state.routes.insert(path.to_owned(), replies);
+        state.served.remove(path);
+    }
+
+    /// Every request seen, in order.
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        lock(&self.state).requests.clone()
+    }
+
+    /// The requests seen for `path` (without query).
+    pub fn requests_to(&self, path: &str) -> Vec<SeenRequest> {
+        lock(&self.state).requests.iter().filter(|request| request.path() == path).cloned().collect()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>) {
+    // Dropping the set (when the accept task is aborted) aborts every connection task.
+    let mut connections = JoinSet::new();
+    loop {
+        let Ok((stream, _peer)) = listener.accept().await else { continue };
+        let state = Arc::clone(&state);
+        connections.spawn(async move {
+            let service = service_fn(move |request| handle(request, Arc::clone(&state)));
+            // A client that hangs up early (timeouts, capped bodies) is expected.
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+        while connections.try_join_next().is_some() {}
+    }
+}
+
+async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let method = request.method().as_str().to_owned();
+    let target = request.uri().path_and_query().map_or_else(|| request.uri().path().to_owned(), |pq| pq.to_string());
+    let headers = request
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .collect();
+    let body = request.into_body().collect().await.map(|body| body.to_bytes().to_vec()).unwrap_or_default();
+    let seen = SeenRequest { method, target, headers, body };
+    let reply = {
+        let mut state = lock(&state);
+        let reply = state.next(seen.path());
+        state.requests.push(seen);
+        reply
+    };
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let mut response = Response::builder().status(reply.status);
+    for (name, value) in &reply.headers {
+        response = response.header(name, value);
+    }
+    Ok(response.body(Full::new(Bytes::from(reply.body))).unwrap_or_else(|_| {
+        let mut fallback = Response::new(Full::new(Bytes::from_static(b"bad scripted reply")));
+        *fallback.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+        fallback
+    }))
+}
