@@ -42,8 +42,8 @@ async fn main() {
     let respond = |_: &trellis_core::RunState| (201, json!({}));
     services.create_run(&principal, &json!({"workflowId": "many-votes"}), None, &respond).await.expect("run");
     let step = Input::Step { node_id: "gate".into(), activation: 1 };
-    let decision = services.decide(GATE_RUN_ID, step).await.expect("decide").expect("the run");
-    services.commit(&decision).await.expect("suspended at the gate");
+    let noop = trellis_core::service::NoHooks;
+    services.advance(None, GATE_RUN_ID, step, &noop).await.expect("suspended at the gate").expect("the run");
     // Windows of `window` votes centred on vote 10 and on the last vote.
     let starts: Vec<usize> = [10, args.votes]
         .iter()

@@ -18,7 +18,8 @@ use tracing::{info, warn};
 use trellis_core::engine::{Input, Verdict};
 use trellis_core::ports::EffectSink;
 use trellis_core::ServiceError;
-use trellis_worker::{process_task, TaskResult};
+use trellis_core::service::NoHooks;
+use trellis_worker::{process_task, TaskContext, TaskResult};
 
 use crate::batch::{run_grouped, AfterFailure};
 use crate::message::StepMessage;
@@ -57,7 +58,7 @@ pub async fn handle_message(app: &AwsApp, message: &SqsMessage) -> MessageOutcom
         };
     }
     let task = step.task(deliveries);
-    match process_task(&app.services, &task, None).await {
+    match process_task(&app.services, &task, &TaskContext::default()).await {
         Ok(TaskResult::Deferred(visible_at)) => {
             let effect = step.effect.clone().due(visible_at);
             match app.effects.send(&step.run_id, &[effect]).await {
@@ -71,22 +72,12 @@ pub async fn handle_message(app: &AwsApp, message: &SqsMessage) -> MessageOutcom
 }
 
 async fn fail_exhausted(app: &AwsApp, step: &StepMessage) -> Result<(), ServiceError> {
-    for _ in 0..8 {
-        let input = Input::DeliveryExhausted { task_id: step.task_id.clone() };
-        let Some(decision) = app.services.decide(&step.run_id, input).await? else { return Ok(()) };
-        if decision.outcome.verdict != Verdict::Applied {
-            return Ok(());
-        }
-        match app.services.commit(&decision).await {
-            Ok(()) => {
-                info!(run_id = %step.run_id, task = %step.task_id, "step delivery exhausted; run failed");
-                return Ok(());
-            }
-            Err(trellis_core::StoreError::Conflict) => continue,
-            Err(error) => return Err(error.into()),
-        }
+    let input = Input::DeliveryExhausted { task_id: step.task_id.clone() };
+    let decision = app.services.advance(None, &step.run_id, input, &NoHooks).await?;
+    if decision.is_some_and(|decision| decision.outcome.verdict == Verdict::Applied) {
+        info!(run_id = %step.run_id, task = %step.task_id, "step delivery exhausted; run failed");
     }
-    Err(ServiceError::Unavailable)
+    Ok(())
 }
 
 /// Handles a batch from the step queue; the response names the messages to redeliver.

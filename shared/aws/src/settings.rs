@@ -134,6 +134,8 @@ impl Settings {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
                 max_run_duration_ms,
                 max_request_body_bytes: defaults.max_request_body_bytes,
+                // An activity attempt runs inside one dispatcher invocation.
+                max_attempt_ms: dispatcher_timeout_ms.saturating_sub(COMMIT_MARGIN_MS),
             },
         })
     }

@@ -26,6 +26,10 @@ pub mod types {
     pub const NODE_FAILED: &str = "node.failed";
     /// A node was not taken.
     pub const NODE_SKIPPED: &str = "node.skipped";
+    /// An activity attempt failed and another one follows after `delayMs` (debug mode).
+    pub const NODE_RETRIED: &str = "node.retried";
+    /// A piece of streamed output of an executing node.
+    pub const OUTPUT_CHUNK: &str = "output.chunk";
     /// A node started a child run.
     pub const NODE_DISPATCHED: &str = "node.dispatched";
     /// A scheduled or waiting node was cancelled.

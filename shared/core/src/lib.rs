@@ -11,7 +11,9 @@
 //! - [`run`] and [`event`]: a run's durable state and the append-only event log entries;
 //! - [`engine`]: a pure function `(workflow, state, input, now) → (state', events, effects)`,
 //!   whose run lifecycle is written as an explicit transition table;
-//! - [`nodes`]: the node kinds this host runs, behind one trait (noop, delay, identity, fail,
+//! - [`activity`]: the activity model — node kinds with side effects, executed outside the
+//!   engine behind a port, with their retry and timeout policy and template syntax;
+//! - [`nodes`]: the engine's pure node kinds, behind one trait, and the per-backend registry (noop, delay, identity, fail,
 //!   sub-workflow, the approval/clarification/conversation gates, `core.interrupt`, the
 //!   orchestrator supervisor and `core.dispatch` of [`orchestrator`]);
 //! - [`interrupt`]: interrupt payloads, judging resume values and quorum votes (a tally in
@@ -29,6 +31,7 @@
 //!
 //! Nothing in this crate knows whether it runs embedded (SQLite) or on AWS.
 
+pub mod activity;
 pub mod bundled;
 pub mod capabilities;
 pub mod engine;

@@ -26,10 +26,19 @@ pub struct HostLimits {
     pub max_run_duration_ms: u64,
     /// Largest accepted request body, in bytes.
     pub max_request_body_bytes: usize,
+    /// The longest one activity attempt may be given (embedded: an hour; on AWS the
+    /// dispatcher's timeout less a commit margin). A definition asking for more is refused
+    /// at registration (`attempt_timeout`).
+    pub max_attempt_ms: u64,
 }
 
 impl Default for HostLimits {
     fn default() -> Self {
-        Self { max_node_executions: 1000, max_run_duration_ms: 86_400_000, max_request_body_bytes: 262_144 }
+        Self {
+            max_node_executions: 1000,
+            max_run_duration_ms: 86_400_000,
+            max_request_body_bytes: 262_144,
+            max_attempt_ms: 3_600_000,
+        }
     }
 }

@@ -268,15 +268,30 @@ pub trait Store: WorkflowStore + RunStore + HostSettings {}
 impl<T: WorkflowStore + RunStore + HostSettings> Store for T {}
 
 /// The time.
+#[async_trait]
 pub trait Clock: Send + Sync {
     /// Milliseconds since the Unix epoch.
     fn now(&self) -> Millis;
+
+    /// Waits `ms` milliseconds (the commit loop's backoff after a lost version race). The
+    /// default returns at once, for clocks that do not follow the wall (tests).
+    async fn sleep(&self, ms: u64) {
+        let _ = ms;
+    }
 }
 
-/// Opaque id generation (kept out of the engine, which draws no randomness).
+/// Opaque id generation and the randomness the use cases draw (kept out of the engine,
+/// which draws none).
 pub trait IdGenerator: Send + Sync {
     /// A new run id.
     fn run_id(&self) -> String;
+
+    /// A random number (for jittered backoff); by default derived from a new run id.
+    fn random(&self) -> u64 {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(self.run_id().as_bytes());
+        u64::from_be_bytes(digest[..8].try_into().expect("eight bytes"))
+    }
 }
 
 /// Tells waiters that a run changed.

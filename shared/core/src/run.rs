@@ -73,6 +73,10 @@ pub enum NodeStatus {
     WaitingChild,
     /// Suspended on an interrupt (approval, clarification, external event, …).
     Suspended,
+    /// An activity attempt is executing outside the engine.
+    Executing,
+    /// An activity attempt failed and the next one waits for its backoff timer.
+    Retrying,
     /// Done.
     Completed,
     /// Failed.
@@ -112,6 +116,22 @@ pub struct NodeState {
     /// A `core.dispatch` node working through a `next-worker` decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch: Option<DispatchProgress>,
+    /// An activity node's current attempt (zero-based) and the request its attempts send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<ActivityProgress>,
+}
+
+/// Where an activity node is in its attempts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActivityProgress {
+    /// The current attempt (zero-based, `node.started.attempt`).
+    pub attempt: u32,
+    /// What `Activity::prepare` rendered when the node started.
+    pub request: Value,
+    /// The last heartbeat's details, for the next attempt to read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<Value>,
 }
 
 /// Where a dispatch node is in the decision it acts on.
@@ -145,7 +165,12 @@ impl NodeState {
     pub fn is_active(&self) -> bool {
         matches!(
             self.status,
-            NodeStatus::Scheduled | NodeStatus::Waiting | NodeStatus::WaitingChild | NodeStatus::Suspended
+            NodeStatus::Scheduled
+                | NodeStatus::Waiting
+                | NodeStatus::WaitingChild
+                | NodeStatus::Suspended
+                | NodeStatus::Executing
+                | NodeStatus::Retrying
         )
     }
 }
@@ -216,6 +241,8 @@ pub enum EdgeStatus {
     Taken,
     /// Its source was skipped, or the condition did not hold.
     NotTaken,
+    /// Its source failed (a failure route may take it, see the edge `triggerRule`).
+    Failed,
 }
 
 /// `{code, message, details?}` as carried by `run.failed`, `node.failed` and the snapshot.
@@ -379,7 +406,14 @@ impl RunState {
         self.nodes
             .iter()
             .find(|(_, node)| {
-                matches!(node.status, NodeStatus::Waiting | NodeStatus::WaitingChild | NodeStatus::Scheduled)
+                matches!(
+                    node.status,
+                    NodeStatus::Waiting
+                        | NodeStatus::WaitingChild
+                        | NodeStatus::Scheduled
+                        | NodeStatus::Executing
+                        | NodeStatus::Retrying
+                )
             })
             .map(|(id, _)| id.as_str())
     }

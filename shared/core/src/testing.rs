@@ -3,6 +3,7 @@
 //! the same behaviour. The concurrency checks ([`races`]) race spawned tasks and need a
 //! multi-thread tokio runtime; [`retention`] checks idempotency expiry with explicit times.
 
+pub mod activity;
 mod races;
 mod retention;
 pub mod votes;

@@ -30,8 +30,8 @@ async fn the_json_event_list_is_paged_and_says_when_it_is_incomplete() {
         }
         for task in tasks {
             if let Effect::Step { node_id, activation, .. } = task.effect {
-                let decision = services.decide(&run_id, Input::Step { node_id, activation }).await.unwrap().unwrap();
-                services.commit(&decision).await.unwrap();
+                let step = Input::Step { node_id, activation };
+                services.advance(None, &run_id, step, &trellis_core::service::NoHooks).await.unwrap().unwrap();
             }
             store.ack(&task.id).await.unwrap();
         }

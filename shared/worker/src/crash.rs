@@ -13,6 +13,8 @@ pub enum CrashPoint {
     AfterCommit,
     /// After the effects are sent, before the task is acknowledged.
     AfterEffects,
+    /// An activity's executor returned; its outcome is not committed yet.
+    AfterActivity,
 }
 
 impl FromStr for CrashPoint {
@@ -23,7 +25,10 @@ impl FromStr for CrashPoint {
             "before-commit" => Ok(Self::BeforeCommit),
             "after-commit" => Ok(Self::AfterCommit),
             "after-effects" => Ok(Self::AfterEffects),
-            other => Err(format!("unknown crash point `{other}` (before-commit, after-commit, after-effects)")),
+            "after-activity" => Ok(Self::AfterActivity),
+            other => Err(format!(
+                "unknown crash point `{other}` (before-commit, after-commit, after-effects, after-activity)"
+            )),
         }
     }
 }

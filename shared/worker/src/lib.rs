@@ -9,11 +9,17 @@
 //! tasks under a lease, run them, acknowledge or release them); [`process_task`] is the step
 //! of one task, and the AWS dispatcher (`trellis-aws`) calls it once per SQS message.
 //! [`CrashPoint`] names where the crash-recovery tests abort the process.
+//!
+//! `Execute` tasks run an activity attempt (`activity`): embedded, they run concurrently
+//! with every other task, at most `WorkerOptions::max_concurrent_activities` at a time, so a
+//! slow call never holds up other runs' steps.
 
+mod activity;
 mod crash;
 mod local;
 mod step;
 
 pub use crash::CrashPoint;
-pub use local::{run_loop, LocalNotifier, SystemClock, WorkerOptions};
-pub use step::{process_task, TaskResult};
+pub use local::{run_loop, LocalNotifier, SystemClock, WorkerOptions, DEFAULT_MAX_CONCURRENT_ACTIVITIES};
+pub use activity::{GRACE_MS, LEASE_MARGIN_MS};
+pub use step::{process_task, TaskContext, TaskResult};

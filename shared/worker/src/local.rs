@@ -5,23 +5,30 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::JoinSet;
 use tracing::{error, warn};
-use trellis_core::engine::Input;
-use trellis_core::ports::{Clock, LocalQueue, Notifier};
+use trellis_core::engine::{Effect, Input};
+use trellis_core::ports::{Clock, LocalQueue, Notifier, Task};
 use trellis_core::service::Services;
 use trellis_core::timefmt::Millis;
+use trellis_core::ServiceError;
 
 use crate::crash::CrashPoint;
-use crate::step::{process_task, TaskResult};
+use crate::step::{process_task, TaskContext, TaskResult};
 
 /// The wall clock.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
+#[async_trait]
 impl Clock for SystemClock {
     fn now(&self) -> Millis {
         SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as Millis).unwrap_or_default()
+    }
+
+    async fn sleep(&self, ms: u64) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 
@@ -70,15 +77,33 @@ pub struct WorkerOptions {
     /// A task that still fails on this delivery fails its run with `step_delivery_exhausted`
     /// (as the serverless dispatcher does on the queue's last allowed delivery).
     pub max_deliveries: u32,
+    /// How many activity attempts execute at once (`--max-concurrent-activities`).
+    pub max_concurrent_activities: usize,
 }
+
+/// The default bound on concurrently executing activity attempts.
+pub const DEFAULT_MAX_CONCURRENT_ACTIVITIES: usize = 256;
+
+/// When an `Execute` task that found every activity slot taken is looked at again.
+const SLOTS_FULL_RETRY_MS: u64 = 50;
 
 impl Default for WorkerOptions {
     fn default() -> Self {
-        Self { lease_ms: 30_000, batch: 64, idle_poll: Duration::from_secs(1), crash: None, max_deliveries: 10 }
+        Self {
+            lease_ms: 30_000,
+            batch: 64,
+            idle_poll: Duration::from_secs(1),
+            crash: None,
+            max_deliveries: 10,
+            max_concurrent_activities: DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+        }
     }
 }
 
-/// Claims and processes due tasks of `queue` until `shutdown` turns true.
+/// Claims and processes due tasks of `queue` until `shutdown` turns true. Steps, timers and
+/// notices run in the loop, one after another; activity attempts (`Execute` tasks) are
+/// spawned, at most `max_concurrent_activities` at once (an attempt that finds no slot goes
+/// back to the queue for a moment), and settle their own deliveries.
 pub async fn run_loop(
     services: Arc<Services>,
     queue: Arc<dyn LocalQueue>,
@@ -86,8 +111,12 @@ pub async fn run_loop(
     options: WorkerOptions,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let slots = Arc::new(Semaphore::new(options.max_concurrent_activities.max(1)));
+    let context = TaskContext { crash: options.crash, lease: Some(queue.clone()) };
+    let mut attempts = JoinSet::new();
     let mut backoff = Duration::from_millis(50);
     while !*shutdown.borrow() {
+        while attempts.try_join_next().is_some() {}
         let now = services.clock.now();
         let tasks = match queue.claim_due(now, options.lease_ms, options.batch).await {
             Ok(tasks) => tasks,
@@ -103,38 +132,40 @@ pub async fn run_loop(
         // per task. A crash before that only redelivers tasks whose work is committed, which
         // they detect and acknowledge.
         let mut finished = Vec::with_capacity(tasks.len());
-        for task in &tasks {
-            let settled = match process_task(&services, task, options.crash).await {
-                Ok(TaskResult::Deferred(visible_at)) => queue.release(&task.id, visible_at).await,
-                Ok(_) => {
-                    finished.push(task.id.clone());
-                    Ok(())
-                }
-                Err(err) if task.deliveries >= options.max_deliveries => {
-                    warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed on its last delivery; failing its run");
-                    let input = Input::DeliveryExhausted { task_id: task.id.clone() };
-                    match services.apply_until_committed(&task.run_id, input).await {
-                        Ok(()) => {
-                            finished.push(task.id.clone());
-                            Ok(())
-                        }
-                        Err(_) => queue.release(&task.id, services.clock.now() + 30_000).await,
+        let mut inline = 0;
+        for task in tasks {
+            if matches!(task.effect, Effect::Execute { .. }) {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    let later = services.clock.now() + SLOTS_FULL_RETRY_MS;
+                    if let Err(err) = queue.release(&task.id, later).await {
+                        warn!(task = %task.id, error = %err, "returning a task failed; its lease will expire");
                     }
-                }
-                Err(err) => {
-                    warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed; it will be redelivered");
-                    let retry = services.clock.now() + 1_000 * u64::from(task.deliveries.min(30));
-                    queue.release(&task.id, retry).await
-                }
-            };
-            if let Err(err) = settled {
-                warn!(task = %task.id, error = %err, "settling a task failed; its lease will expire");
+                    continue;
+                };
+                let (services, queue, context, max) =
+                    (services.clone(), queue.clone(), context.clone(), options.max_deliveries);
+                attempts.spawn(async move {
+                    let result = process_task(&services, &task, &context).await;
+                    let done = settle(&services, queue.as_ref(), &task, result, max).await;
+                    if done {
+                        if let Err(err) = queue.ack(&task.id).await {
+                            warn!(task = %task.id, error = %err, "acknowledging a task failed; it will be redelivered");
+                        }
+                    }
+                    drop(permit);
+                });
+                continue;
+            }
+            inline += 1;
+            let result = process_task(&services, &task, &context).await;
+            if settle(&services, queue.as_ref(), &task, result, options.max_deliveries).await {
+                finished.push(task.id.clone());
             }
         }
         if let Err(err) = queue.ack_many(&finished).await {
             warn!(error = %err, "acknowledging tasks failed; their leases will expire and they will be redelivered");
         }
-        if !tasks.is_empty() {
+        if inline > 0 {
             continue;
         }
         let next = queue.next_visible_at().await.ok().flatten();
@@ -148,4 +179,38 @@ pub async fn run_loop(
             _ = shutdown.changed() => {}
         }
     }
+    // Attempts still executing are abandoned: their tasks stay leased and are redelivered
+    // (at least once) after the next start.
+    attempts.abort_all();
+}
+
+/// Settles a processed task's delivery; `true` when it is finished and to be acknowledged.
+async fn settle(
+    services: &Services,
+    queue: &dyn LocalQueue,
+    task: &Task,
+    result: Result<TaskResult, ServiceError>,
+    max_deliveries: u32,
+) -> bool {
+    let settled = match result {
+        Ok(TaskResult::Deferred(visible_at)) => queue.release(&task.id, visible_at).await,
+        Ok(_) => return true,
+        Err(err) if task.deliveries >= max_deliveries => {
+            warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed on its last delivery; failing its run");
+            let input = Input::DeliveryExhausted { task_id: task.id.clone() };
+            match services.apply_until_committed(&task.run_id, input).await {
+                Ok(()) => return true,
+                Err(_) => queue.release(&task.id, services.clock.now() + 30_000).await,
+            }
+        }
+        Err(err) => {
+            warn!(run_id = %task.run_id, task = %task.id, error = %err, "task failed; it will be redelivered");
+            let retry = services.clock.now() + 1_000 * u64::from(task.deliveries.min(30));
+            queue.release(&task.id, retry).await
+        }
+    };
+    if let Err(err) = settled {
+        warn!(task = %task.id, error = %err, "settling a task failed; its lease will expire");
+    }
+    false
 }

@@ -1,14 +1,19 @@
-//! One task, start to finish: decide, commit, send. Acknowledging the delivery is the
+//! One task, start to finish: decide, commit, send — through the one commit loop,
+//! [`Services::advance`], with the named crash points as its hooks. An `Execute` task runs
+//! an activity attempt first ([`crate::activity`]). Acknowledging the delivery is the
 //! caller's (the local queue, or the SQS event-source mapping).
+
+use std::sync::Arc;
 
 use tracing::{debug, warn};
 use trellis_core::engine::{outstanding_effects, Effect, Input, Verdict, PARENT_CANCELLED};
-use trellis_core::ports::Task;
-use trellis_core::service::Services;
+use trellis_core::ports::{LocalQueue, Task};
+use trellis_core::service::{CommitHooks, Decision, Services};
 use trellis_core::timefmt::Millis;
 use trellis_core::RunStatus;
-use trellis_core::{ServiceError, StoreError};
+use trellis_core::ServiceError;
 
+use crate::activity;
 use crate::crash::{maybe_crash, CrashPoint};
 
 /// How a task ended, and so what to do with its delivery.
@@ -24,17 +29,40 @@ pub enum TaskResult {
     Deferred(Millis),
 }
 
-/// How many times to re-decide after losing a version race before leaving the task for
-/// redelivery.
-const MAX_RACES: usize = 16;
 /// When a deferred step (paused run) is looked at again.
 const DEFER_MS: u64 = 1_000;
+
+/// What a task's processing may use beyond the services.
+#[derive(Clone, Default)]
+pub struct TaskContext {
+    /// Test hook: abort at this point (see [`CrashPoint`]).
+    pub crash: Option<CrashPoint>,
+    /// The local queue the task was claimed from: an activity attempt extends its lease to
+    /// cover the attempt's budget. `None` on a serverless queue (the visibility timeout
+    /// covers the function's).
+    pub lease: Option<Arc<dyn LocalQueue>>,
+}
+
+/// The named crash points as commit hooks.
+pub(crate) struct CrashHooks(pub(crate) Option<CrashPoint>);
+
+impl CommitHooks for CrashHooks {
+    fn before_commit(&self) {
+        maybe_crash(self.0, CrashPoint::BeforeCommit);
+    }
+    fn after_commit(&self) {
+        maybe_crash(self.0, CrashPoint::AfterCommit);
+    }
+    fn after_effects(&self) {
+        maybe_crash(self.0, CrashPoint::AfterEffects);
+    }
+}
 
 /// Processes one task (at least once): decide, commit, send the effects.
 pub async fn process_task(
     services: &Services,
     task: &Task,
-    crash: Option<CrashPoint>,
+    context: &TaskContext,
 ) -> Result<TaskResult, ServiceError> {
     let (target, input) = match &task.effect {
         Effect::StartChild { node_id, child_run_id, workflow_id, .. } => {
@@ -51,61 +79,59 @@ pub async fn process_task(
                 None => return Ok(TaskResult::Ignored),
             }
         }
-        other => (task.run_id.clone(), other.input().expect("own-run effects have an input")),
-    };
-    for _ in 0..MAX_RACES {
-        let Some(decision) = services.decide(&target, input.clone()).await? else {
-            warn!(run_id = %task.run_id, task = %task.id, "task for an unknown run; dropping it");
-            return Ok(TaskResult::Ignored);
-        };
-        match decision.outcome.verdict {
-            Verdict::Applied => {
-                maybe_crash(crash, CrashPoint::BeforeCommit);
-                let outcome = &decision.outcome;
-                let committed = services
-                    .store
-                    .commit(&decision.run, decision.expected_version, &outcome.events, &outcome.effects)
-                    .await;
-                match committed {
-                    Ok(()) => decision.log_transition(),
-                    Err(StoreError::Conflict) => continue,
-                    Err(error) => return Err(error.into()),
-                }
-                maybe_crash(crash, CrashPoint::AfterCommit);
-                services.send_effects(&target, decision.run.version, &outcome.effects).await;
-                maybe_crash(crash, CrashPoint::AfterEffects);
-                debug!(run_id = %task.run_id, task = %task.id, events = outcome.events.len(), "task applied");
-                return Ok(TaskResult::Applied);
-            }
-            Verdict::Stale => {
-                services.effects.resend_outstanding(&target, &outstanding_effects(&decision.run)).await?;
-                services.notifier.committed(&target);
-                return Ok(TaskResult::Repaired);
-            }
-            Verdict::Ignored(reason) => {
-                debug!(run_id = %task.run_id, task = %task.id, reason, "task ignored");
-                return Ok(TaskResult::Ignored);
-            }
-            Verdict::Refused(refusal) => {
-                // Tasks carry no operator requests; a refusal here means nothing to do.
-                warn!(run_id = %task.run_id, task = %task.id, %refusal, "task refused");
-                return Ok(TaskResult::Ignored);
-            }
-            Verdict::Later => {
-                let now = services.clock.now();
-                let run = &decision.run;
-                // A paused run is looked at again every DEFER_MS (its resume re-issues the
-                // held steps anyway); a timer that is not due yet comes back when it is.
-                let retry_at = match &task.effect {
-                    _ if run.status == RunStatus::Paused => None,
-                    Effect::Wake { node_id, .. } => run.nodes.get(node_id).and_then(|node| node.wake_at),
-                    Effect::Deadline { .. } => run.started_at.map(|at| at.saturating_add(run.limits.run_duration_ms)),
-                    _ => None,
-                };
-                let retry_at = retry_at.filter(|at| *at > now).unwrap_or(now + DEFER_MS);
-                return Ok(TaskResult::Deferred(retry_at));
+        Effect::Execute { node_id, activation, attempt, .. } => {
+            let attempt = activity::Attempt { node_id, activation: *activation, attempt: *attempt };
+            match activity::execute(services, task, attempt, context).await? {
+                Some(input) => (task.run_id.clone(), input),
+                None => return Ok(TaskResult::Ignored),
             }
         }
+        other => (task.run_id.clone(), other.input().expect("own-run effects have an input")),
+    };
+    let decision = services.advance(None, &target, input, &CrashHooks(context.crash)).await?;
+    let Some(decision) = decision else {
+        warn!(run_id = %task.run_id, task = %task.id, "task for an unknown run; dropping it");
+        return Ok(TaskResult::Ignored);
+    };
+    settle(services, task, &target, decision).await
+}
+
+/// What a decision means for the task's delivery.
+async fn settle(services: &Services, task: &Task, target: &str, decision: Decision) -> Result<TaskResult, ServiceError> {
+    match decision.outcome.verdict {
+        Verdict::Applied => {
+            debug!(run_id = %task.run_id, task = %task.id, events = decision.outcome.events.len(), "task applied");
+            Ok(TaskResult::Applied)
+        }
+        Verdict::Stale => {
+            services.effects.resend_outstanding(target, &outstanding_effects(&decision.run)).await?;
+            services.notifier.committed(target);
+            Ok(TaskResult::Repaired)
+        }
+        Verdict::Ignored(reason) => {
+            debug!(run_id = %task.run_id, task = %task.id, reason, "task ignored");
+            Ok(TaskResult::Ignored)
+        }
+        Verdict::Refused(refusal) => {
+            // Tasks carry no operator requests; a refusal here means nothing to do.
+            warn!(run_id = %task.run_id, task = %task.id, %refusal, "task refused");
+            Ok(TaskResult::Ignored)
+        }
+        Verdict::Later => {
+            let now = services.clock.now();
+            let run = &decision.run;
+            // A paused run is looked at again every DEFER_MS (its resume re-issues the held
+            // steps anyway); a timer that is not due yet comes back when it is.
+            let retry_at = match &task.effect {
+                _ if run.status == RunStatus::Paused => None,
+                Effect::Wake { node_id, .. } | Effect::Retry { node_id, .. } => {
+                    run.nodes.get(node_id).and_then(|node| node.wake_at)
+                }
+                Effect::Deadline { .. } => run.started_at.map(|at| at.saturating_add(run.limits.run_duration_ms)),
+                _ => None,
+            };
+            let retry_at = retry_at.filter(|at| *at > now).unwrap_or(now + DEFER_MS);
+            Ok(TaskResult::Deferred(retry_at))
+        }
     }
-    Err(ServiceError::Unavailable)
 }

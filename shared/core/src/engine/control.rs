@@ -307,6 +307,15 @@ impl Transition<'_> {
                     activation: node.activation,
                     due_at: node.wake_at.unwrap_or(now).max(now),
                 },
+                NodeStatus::Retrying => match &node.activity {
+                    Some(progress) => Effect::Retry {
+                        node_id: node_id.clone(),
+                        activation: node.activation,
+                        attempt: progress.attempt,
+                        due_at: node.wake_at.unwrap_or(now).max(now),
+                    },
+                    None => continue,
+                },
                 _ => continue,
             };
             self.effects.push(effect);

@@ -6,6 +6,7 @@
 //! [`transitions`] holds the run lifecycle table; [`progress`] the node execution and
 //! graph propagation it calls; `pause` how a `drain-current-node` pause drains.
 
+mod activity;
 mod control;
 mod orchestration;
 mod pause;
@@ -23,6 +24,7 @@ pub use orchestration::{
     child_inputs, ASK_USER_QUESTION, ASK_USER_VARIABLE, CONFIDENCE_ESCALATED, CONFIDENCE_FLOOR,
     DEFAULT_ESCALATION_THRESHOLD, DISPATCH_TYPE_ID, MAX_FAN_OUT,
 };
+pub use activity::{activity_call, ACTIVITY_HEARTBEAT};
 pub use progress::PARENT_CANCELLED;
 pub use transitions::apply;
 
@@ -102,6 +104,37 @@ pub enum Input {
         /// Name → value.
         variables: serde_json::Map<String, serde_json::Value>,
     },
+    /// An activity attempt ended (its executor returned, or the worker's bound ran out).
+    ActivityFinished {
+        /// The node.
+        node_id: String,
+        /// Its activation.
+        activation: u32,
+        /// The attempt (zero-based).
+        attempt: u32,
+        /// Outputs, or why it failed.
+        result: crate::activity::ActivityResult,
+    },
+    /// An executing attempt reported progress (a heartbeat or a streamed chunk).
+    ActivityProgress {
+        /// The node.
+        node_id: String,
+        /// Its activation.
+        activation: u32,
+        /// The attempt (zero-based).
+        attempt: u32,
+        /// What it reported.
+        progress: crate::activity::Progress,
+    },
+    /// An activity's backoff timer fired: start the next attempt.
+    RetryDue {
+        /// The node.
+        node_id: String,
+        /// Its activation.
+        activation: u32,
+        /// The attempt to start.
+        attempt: u32,
+    },
 }
 
 /// Work that must follow a commit. Each effect becomes one task with a deterministic id,
@@ -126,6 +159,30 @@ pub enum Effect {
         node_id: String,
         /// Its activation.
         activation: u32,
+        /// When.
+        due_at: Millis,
+    },
+    /// Execute attempt `attempt` of the activity node `node_id` (outside the engine).
+    #[serde(rename_all = "camelCase")]
+    Execute {
+        /// The node.
+        node_id: String,
+        /// Its activation.
+        activation: u32,
+        /// The attempt (zero-based).
+        attempt: u32,
+        /// When.
+        due_at: Millis,
+    },
+    /// Start attempt `attempt` of `node_id` after its backoff, at `due_at`.
+    #[serde(rename_all = "camelCase")]
+    Retry {
+        /// The node.
+        node_id: String,
+        /// Its activation.
+        activation: u32,
+        /// The attempt to start.
+        attempt: u32,
         /// When.
         due_at: Millis,
     },
@@ -181,6 +238,8 @@ impl Effect {
         match self {
             Self::Step { due_at, .. }
             | Self::Wake { due_at, .. }
+            | Self::Execute { due_at, .. }
+            | Self::Retry { due_at, .. }
             | Self::Deadline { due_at }
             | Self::StartChild { due_at, .. }
             | Self::CancelChild { due_at, .. }
@@ -193,6 +252,8 @@ impl Effect {
         match &mut self {
             Self::Step { due_at, .. }
             | Self::Wake { due_at, .. }
+            | Self::Execute { due_at, .. }
+            | Self::Retry { due_at, .. }
             | Self::Deadline { due_at }
             | Self::StartChild { due_at, .. }
             | Self::CancelChild { due_at, .. }
@@ -212,6 +273,10 @@ impl Effect {
         match self {
             Self::Step { node_id, activation, .. } => format!("{run_id}/step/{node_id}/{activation}"),
             Self::Wake { node_id, activation, .. } => format!("{run_id}/wake/{node_id}/{activation}"),
+            Self::Execute { node_id, activation, attempt, .. } => {
+                format!("{run_id}/execute/{node_id}/{activation}/{attempt}")
+            }
+            Self::Retry { node_id, activation, attempt, .. } => format!("{run_id}/retry/{node_id}/{activation}/{attempt}"),
             Self::Deadline { .. } => format!("{run_id}/deadline"),
             Self::StartChild { node_id, activation, .. } => format!("{run_id}/start-child/{node_id}/{activation}"),
             Self::CancelChild { child_run_id, .. } => format!("{run_id}/cancel-child/{child_run_id}"),
@@ -220,7 +285,8 @@ impl Effect {
     }
 
     /// The input this effect feeds back into its own run when its task runs; `None` for the
-    /// effects that act on another run (child creation, cancel and notices).
+    /// effects that act on another run (child creation, cancel and notices) and for
+    /// `Execute`, whose input is the executor's outcome.
     pub fn input(&self) -> Option<Input> {
         match self {
             Self::Step { node_id, activation, .. } => {
@@ -229,8 +295,13 @@ impl Effect {
             Self::Wake { node_id, activation, .. } => {
                 Some(Input::Wake { node_id: node_id.clone(), activation: *activation })
             }
+            Self::Retry { node_id, activation, attempt, .. } => {
+                Some(Input::RetryDue { node_id: node_id.clone(), activation: *activation, attempt: *attempt })
+            }
             Self::Deadline { .. } => Some(Input::Deadline),
-            Self::StartChild { .. } | Self::CancelChild { .. } | Self::NotifyParent { .. } => None,
+            Self::Execute { .. } | Self::StartChild { .. } | Self::CancelChild { .. } | Self::NotifyParent { .. } => {
+                None
+            }
         }
     }
 }
@@ -283,6 +354,18 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
                 activation: node.activation,
                 due_at: node.wake_at.unwrap_or_default(),
             }),
+            NodeStatus::Executing => node.activity.as_ref().map(|activity| Effect::Execute {
+                node_id: node_id.clone(),
+                activation: node.activation,
+                attempt: activity.attempt,
+                due_at: state.started_at.unwrap_or(state.created_at),
+            }),
+            NodeStatus::Retrying => node.activity.as_ref().map(|activity| Effect::Retry {
+                node_id: node_id.clone(),
+                activation: node.activation,
+                attempt: activity.attempt,
+                due_at: node.wake_at.unwrap_or_default(),
+            }),
             NodeStatus::WaitingChild => node.child_run_id.as_ref().and_then(|child_run_id| {
                 let workflow_id = node.child_workflow_id.clone()?;
                 Some(Effect::StartChild {
@@ -302,6 +385,8 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
     effects
 }
 
+#[cfg(test)]
+mod activity_tests;
 #[cfg(test)]
 mod control_tests;
 #[cfg(test)]

@@ -55,9 +55,15 @@ impl Transition<'_> {
         self.state.pending_pause.is_some()
     }
 
-    /// A node started and not finished: parked on a timer or waiting for its child run.
+    /// A node started and not finished: parked on a timer, waiting for its child run, or an
+    /// activity executing or waiting to retry.
     fn has_executing_node(&self) -> bool {
-        self.state.nodes.values().any(|node| matches!(node.status, NodeStatus::Waiting | NodeStatus::WaitingChild))
+        self.state.nodes.values().any(|node| {
+            matches!(
+                node.status,
+                NodeStatus::Waiting | NodeStatus::WaitingChild | NodeStatus::Executing | NodeStatus::Retrying
+            )
+        })
     }
 
     /// After every applied input: a pending pause takes effect once the run is running with no

@@ -10,6 +10,7 @@ use super::{Effect, Outcome, Verdict, ENGINE_VERSION};
 use crate::event::{types, RunEvent};
 use crate::interrupt::InterruptState;
 use crate::model::condition;
+use crate::model::graph::TriggerRule;
 use crate::model::definition::{PortRef, PortValue};
 use crate::model::Workflow;
 use crate::nodes::subworkflow::SubWorkflowConfig;
@@ -135,11 +136,17 @@ impl<'a> Transition<'a> {
         }
         self.state.node_executions += 1;
         self.node_mut(node_id).started_at = Some(self.now);
-        self.emit(
-            types::NODE_STARTED,
-            Some(node_id),
-            json!({ "nodeId": node_id, "typeId": definition.type_id, "attempt": 1 }),
-        );
+        if self.workflow.activity(node_id).is_some() {
+            match self.resolve_inputs(&definition.inputs) {
+                Ok(inputs) => self.start_activity(&definition, inputs),
+                Err(error) => {
+                    self.emit_node_started(node_id, &definition.type_id);
+                    self.fail_node(node_id, error);
+                }
+            }
+            return Verdict::Applied;
+        }
+        self.emit_node_started(node_id, &definition.type_id);
         let kind = nodes::kind(&definition.type_id).map(|kind| (kind, nodes::requires::missing_requirement(kind)));
         let outcome = match kind {
             Some((_, Some(capability))) => NodeOutcome::Failed(nodes::requires::not_provided(node_id, capability)),
@@ -174,6 +181,11 @@ impl<'a> Transition<'a> {
             NodeOutcome::Dispatch => self.dispatch(node_id),
         }
         Verdict::Applied
+    }
+
+    /// `node.started` of a pure node (one attempt, numbered 0).
+    fn emit_node_started(&mut self, node_id: &str, type_id: &str) {
+        self.emit(types::NODE_STARTED, Some(node_id), json!({ "nodeId": node_id, "typeId": type_id, "attempt": 0 }));
     }
 
     /// Starts a child run for `node_id`; `worker` distinguishes the workers of one dispatch.
@@ -348,6 +360,7 @@ impl<'a> Transition<'a> {
             child_workflow_id: None,
             child_status: None,
             dispatch: None,
+            activity: None,
         })
     }
 
@@ -429,20 +442,40 @@ impl<'a> Transition<'a> {
         }
     }
 
-    /// Decides every target whose incoming edges are all resolved: scheduled when one was
-    /// taken (a join waits for all live predecessors), skipped otherwise — and a skip
-    /// resolves the skipped node's own edges as not taken.
+    /// Decides every target whose trigger rule can be judged from its incoming edges (see
+    /// [`TriggerRule`]): scheduled when it holds (a join waits for its live predecessors),
+    /// skipped when it cannot — and a skip resolves the skipped node's own edges as not taken.
     fn propagate(&mut self, mut targets: VecDeque<usize>) {
         while let Some(target) = targets.pop_front() {
             let node_id = self.workflow.definition.nodes[target].id.clone();
             let idle = self.state.nodes.get(&node_id).is_none_or(|node| node.status == NodeStatus::Idle);
-            let incoming = &self.workflow.graph.incoming[target];
-            if !idle || incoming.iter().any(|&edge| self.state.edges[edge] == EdgeStatus::Unresolved) {
+            if !idle {
                 continue;
             }
-            if incoming.iter().any(|&edge| self.state.edges[edge] == EdgeStatus::Taken) {
-                self.schedule(&node_id);
-                continue;
+            let (mut unresolved, mut taken, mut failed) = (0, 0, 0);
+            for &edge in &self.workflow.graph.incoming[target] {
+                match self.state.edges[edge] {
+                    EdgeStatus::Unresolved => unresolved += 1,
+                    EdgeStatus::Taken => taken += 1,
+                    EdgeStatus::Failed => failed += 1,
+                    EdgeStatus::NotTaken => {}
+                }
+            }
+            let settled = unresolved == 0;
+            let run = match self.workflow.graph.trigger[target] {
+                TriggerRule::AllSuccess => settled.then_some(failed == 0 && taken > 0),
+                TriggerRule::AnySuccess => (taken > 0).then_some(true).or(settled.then_some(false)),
+                TriggerRule::AllComplete => settled.then_some(taken + failed > 0),
+                TriggerRule::NoneFailed => (failed > 0).then_some(false).or(settled.then_some(true)),
+                TriggerRule::AnyFailed => (failed > 0).then_some(true).or(settled.then_some(false)),
+            };
+            match run {
+                None => continue,
+                Some(true) => {
+                    self.schedule(&node_id);
+                    continue;
+                }
+                Some(false) => {}
             }
             self.node_mut(&node_id).status = NodeStatus::Skipped;
             self.emit(
@@ -488,11 +521,39 @@ impl<'a> Transition<'a> {
     }
 
     pub(super) fn fail_node(&mut self, node_id: &str, error: RunError) {
+        self.fail_node_after(node_id, error, 1, false);
+    }
+
+    /// Fails `node_id` after `attempts` attempts. When a target of one of its edges handles
+    /// failures (`triggerRule` `any_failed` or `all_complete`) the failure takes that route:
+    /// `variables[node_id].error = {code, message, retryable}`, its edges resolve as failed
+    /// and the run goes on. Otherwise the run fails.
+    pub(super) fn fail_node_after(&mut self, node_id: &str, error: RunError, attempts: u32, retryable: bool) {
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Failed;
         node.wake_at = None;
-        self.emit(types::NODE_FAILED, Some(node_id), json!({ "nodeId": node_id, "error": error, "attempts": 1 }));
-        self.fail_run(error, Some(node_id), "run-failed");
+        node.activity = None;
+        self.emit(types::NODE_FAILED, Some(node_id), json!({ "nodeId": node_id, "error": error, "attempts": attempts }));
+        let Some(index) = self.workflow.graph.index_of(node_id).filter(|&i| self.workflow.graph.failure_handled(i))
+        else {
+            return self.fail_run(error, Some(node_id), "run-failed");
+        };
+        let routed = json!({ "code": error.code, "message": error.message, "retryable": retryable });
+        let mut variable = match self.state.variables.remove(node_id) {
+            Some(Value::Object(fields)) => fields,
+            _ => Map::new(),
+        };
+        variable.insert("error".into(), routed);
+        self.state.variables.insert(node_id.to_owned(), Value::Object(variable));
+        let mut targets = VecDeque::new();
+        for &edge in &self.workflow.graph.outgoing[index] {
+            self.state.edges[edge] = EdgeStatus::Failed;
+            targets.push_back(self.workflow.graph.ends[edge].1);
+        }
+        self.propagate(targets);
+        if !self.state.nodes.values().any(|n| n.is_active()) && self.state.pending_pause.is_none() {
+            self.complete_run();
+        }
     }
 
     fn fail_run(&mut self, error: RunError, failed_node: Option<&str>, cancel_reason: &str) {

@@ -32,6 +32,13 @@
 //! | running, paused, waiting-*     | set variables    | the variables change; `variable.changed` each (test seam) |
 //! | any other                      | set variables    | refused (`run_state_conflict`)                     |
 //! | any other                      | resume           | refused (`run_state_conflict`)                     |
+//! | running, paused, waiting-*     | activity finished | current attempt: node completes, retries (`node.retried`, backoff timer) or fails (a failure route, or the run fails); a superseded attempt's result: ignored |
+//! | running, paused, waiting-*     | activity progress | current attempt: heartbeat kept / `output.chunk`; superseded: ignored |
+//! | running, waiting-*             | retry due        | the next attempt starts (`node.started{attempt}`), or stale |
+//! | paused                         | retry due        | `drain-current-node`: as running; `immediate`: later |
+//! | pending                        | activity finished/progress, retry due | ignored                       |
+//! | cancelling                     | activity finished, retry due | cancelled                              |
+//! | cancelling                     | activity progress | ignored                                           |
 //! | completed, failed, cancelled   | anything else    | ignored (terminal)                                 |
 
 use super::progress::Transition;
@@ -110,6 +117,29 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
             Pending | Running | Paused | WaitingApproval | WaitingInput | WaitingExternal | Cancelling,
             Input::DeliveryExhausted { task_id },
         ) => tx.delivery_exhausted(&task_id),
+        (
+            Running | Paused | WaitingApproval | WaitingInput | WaitingExternal,
+            Input::ActivityFinished { node_id, activation, attempt, result },
+        ) => tx.activity_finished(&node_id, activation, attempt, result),
+        (
+            Running | Paused | WaitingApproval | WaitingInput | WaitingExternal,
+            Input::ActivityProgress { node_id, activation, attempt, progress },
+        ) => tx.activity_progress(&node_id, activation, attempt, progress),
+        (Running | WaitingApproval | WaitingInput | WaitingExternal, Input::RetryDue { node_id, activation, attempt }) => {
+            tx.retry_due(&node_id, activation, attempt)
+        }
+        (Paused, Input::RetryDue { node_id, activation, attempt }) => {
+            if tx.drains_current_node() {
+                tx.retry_due(&node_id, activation, attempt)
+            } else {
+                Verdict::Later
+            }
+        }
+        (Pending, Input::ActivityFinished { .. } | Input::ActivityProgress { .. } | Input::RetryDue { .. }) => {
+            Verdict::Ignored("run has not started")
+        }
+        (Cancelling, Input::ActivityFinished { .. } | Input::RetryDue { .. }) => tx.finish_cancel(),
+        (Cancelling, Input::ActivityProgress { .. }) => Verdict::Ignored("cancel already accepted"),
         (Completed | Failed | Cancelled, _) => Verdict::Ignored("run is terminal"),
     };
     tx.finish(verdict)

@@ -28,6 +28,10 @@ pub struct WorkflowDefinition {
     /// JSON Schema for `configurable` (validation of it is not implemented; see `nodes::find_gap`).
     #[serde(default)]
     pub configurable_schema: Option<Value>,
+    /// `WorkflowSettings` (`maxRetries` is read: the retry budget of idempotent activity
+    /// nodes without their own `settings.retry`).
+    #[serde(default)]
+    pub settings: Map<String, Value>,
 }
 
 fn default_version() -> String {
@@ -51,6 +55,10 @@ pub struct NodeDef {
     /// The node's agent (`AgentRef`), if any.
     #[serde(default)]
     pub agent: Option<Value>,
+    /// The node's `settings` (opaque in the spec; Trellis reads `retry`, `timeouts` and
+    /// `idempotent` for activity nodes, see [`crate::activity::policy`]).
+    #[serde(default)]
+    pub settings: Map<String, Value>,
 }
 
 /// Where a node input comes from.
@@ -106,6 +114,10 @@ pub struct EdgeDef {
     /// Optional routing condition.
     #[serde(default)]
     pub condition: Option<EdgeConditionDef>,
+    /// When the edge's target may run, given how its sources ended (`all_success` when
+    /// absent; see [`crate::model::graph::TriggerRule`]).
+    #[serde(default)]
+    pub trigger_rule: Option<String>,
 }
 
 /// An edge condition as written.

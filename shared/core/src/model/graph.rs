@@ -5,6 +5,8 @@
 //! - Edges into a supervisor node are *loop edges*: the only cycles allowed.
 //! - Any other cycle, an edge naming an unknown node, a repeated node id, or a node the
 //!   entry cannot reach is refused.
+//! - A node's trigger rule is the `triggerRule` of its incoming edges; edges into one node
+//!   that name different rules are refused (the rule belongs to the target).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -28,6 +30,56 @@ pub struct Graph {
     pub ends: Vec<(usize, usize)>,
     /// Whether each edge is a loop edge.
     pub is_loop: Vec<bool>,
+    /// Each node's trigger rule (from its incoming forward edges).
+    pub trigger: Vec<TriggerRule>,
+}
+
+/// When a node runs, given how the sources of its incoming edges ended (the spec's edge
+/// `triggerRule`). An edge is *taken* (its source completed and its condition held), *not
+/// taken* (skipped source or false condition) or *failed* (its source failed).
+///
+/// | rule | runs when | skipped when |
+/// |------|-----------|--------------|
+/// | `all_success` (default) | every edge resolved, none failed, one taken | otherwise, once every edge resolved |
+/// | `any_success` | one edge is taken (at once) | every edge resolved, none taken |
+/// | `all_complete` | every edge resolved, one taken or failed | every edge resolved as not taken |
+/// | `none_failed` | every edge resolved, none failed | one edge failed |
+/// | `any_failed` | one edge failed (at once) | every edge resolved, none failed |
+///
+/// A node failure that reaches a target through an `any_failed` or `all_complete` edge is
+/// *handled*: the run does not fail, the target reads `variables[<failed node>].error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TriggerRule {
+    /// Every source succeeded (skips tolerated, as without a rule).
+    #[default]
+    AllSuccess,
+    /// Any source succeeded.
+    AnySuccess,
+    /// Every source ended, however.
+    AllComplete,
+    /// No source failed.
+    NoneFailed,
+    /// Any source failed: a failure route.
+    AnyFailed,
+}
+
+impl TriggerRule {
+    /// The rule named `name` (the schema's enum).
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "all_success" => Self::AllSuccess,
+            "any_success" => Self::AnySuccess,
+            "all_complete" => Self::AllComplete,
+            "none_failed" => Self::NoneFailed,
+            "any_failed" => Self::AnyFailed,
+            _ => return None,
+        })
+    }
+
+    /// Whether a failed source reaching a target with this rule is handled there.
+    pub fn handles_failure(self) -> bool {
+        matches!(self, Self::AnyFailed | Self::AllComplete)
+    }
 }
 
 impl Graph {
@@ -64,10 +116,16 @@ impl Graph {
             }
         }
         let entry = (0..node_count).find(|&node| incoming[node].is_empty()).unwrap_or(0);
-        let graph = Self { index, entry, outgoing, incoming, ends, is_loop };
+        let trigger = trigger_rules(definition, &incoming)?;
+        let graph = Self { index, entry, outgoing, incoming, ends, is_loop, trigger };
         graph.refuse_forward_cycles(definition)?;
         graph.refuse_unreachable(definition, &all_successors)?;
         Ok(graph)
+    }
+
+    /// Whether a failure of node `index` is handled by one of its outgoing edges' targets.
+    pub fn failure_handled(&self, index: usize) -> bool {
+        self.outgoing[index].iter().any(|&edge| self.trigger[self.ends[edge].1].handles_failure())
     }
 
     /// The index of `node_id`.
@@ -182,4 +240,38 @@ mod tests {
         let error = Graph::build(&definition(&[("a", "core.noop"), ("a", "core.noop")], &[])).unwrap_err();
         assert_eq!(error, DefinitionError::DuplicateNode { node_id: "a".into() });
     }
+}
+
+/// Each node's trigger rule; incoming edges that disagree are refused.
+fn trigger_rules(definition: &WorkflowDefinition, incoming: &[Vec<usize>]) -> Result<Vec<TriggerRule>, DefinitionError> {
+    let mut rules = Vec::with_capacity(incoming.len());
+    for (node, edges) in incoming.iter().enumerate() {
+        let mut rule: Option<(usize, TriggerRule)> = None;
+        for &edge in edges {
+            let named = definition.edges[edge].trigger_rule.as_deref().unwrap_or("all_success");
+            let path = format!("/edges/{edge}/triggerRule");
+            let parsed = TriggerRule::parse(named).ok_or_else(|| DefinitionError::Invalid {
+                path: path.clone(),
+                rule: "triggerRule",
+                message: format!("unknown triggerRule `{named}`"),
+            })?;
+            match rule {
+                Some((first, seen)) if seen != parsed => {
+                    return Err(DefinitionError::Invalid {
+                        path,
+                        rule: "triggerRule",
+                        message: format!(
+                            "edges into node `{}` name different trigger rules (edge `{}` and edge `{}`); \
+                             the rule belongs to the target, so its incoming edges must agree",
+                            definition.nodes[node].id, definition.edges[first].id, definition.edges[edge].id
+                        ),
+                    })
+                }
+                Some(_) => {}
+                None => rule = Some((edge, parsed)),
+            }
+        }
+        rules.push(rule.map(|(_, rule)| rule).unwrap_or_default());
+    }
+    Ok(rules)
 }

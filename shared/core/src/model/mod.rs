@@ -7,11 +7,15 @@ pub mod condition;
 pub mod definition;
 pub mod graph;
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::activity::policy::{NodePolicy, RetryPolicy, Timeouts};
+use crate::activity::Activity;
 use crate::error::DefinitionError;
-use crate::nodes;
+use crate::nodes::{self, NodeRegistry};
 use crate::schema;
 pub use definition::{EdgeDef, NodeDef, PortValue, VariableDef, WorkflowDefinition};
 pub use graph::Graph;
@@ -59,6 +63,40 @@ pub struct Workflow {
     pub gap: Option<CapabilityGap>,
     /// Each edge's `regex` condition (by edge index), compiled once at registration.
     pub edge_regexes: Vec<Option<regex::Regex>>,
+    /// Each node's activity (by node index), `None` for the engine's pure kinds.
+    pub activities: Vec<Option<ActivityNode>>,
+}
+
+/// An activity node as compiled: its kind (with the executor) and its policy in force.
+#[derive(Debug, Clone)]
+pub struct ActivityNode {
+    /// The kind and its executor.
+    pub kind: Arc<dyn Activity>,
+    /// The retry policy in force (explicit, or `maxRetries` for an idempotent call, or none).
+    pub retry: RetryPolicy,
+    /// `settings.timeouts`.
+    pub timeouts: Timeouts,
+    /// One attempt's budget: the smaller of the kind's own timeout and `attemptMs`.
+    pub attempt_ms: u64,
+}
+
+/// The host's ceilings a registration is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// The longest duration a definition may name (delays, interrupt timeouts).
+    pub max_duration_ms: u64,
+    /// The longest attempt an activity may be given (on AWS: the dispatcher's timeout less
+    /// a commit margin).
+    pub max_attempt_ms: u64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            max_duration_ms: crate::limits::MAX_RUN_DURATION_MS,
+            max_attempt_ms: crate::activity::policy::MAX_POLICY_MS,
+        }
+    }
 }
 
 impl Workflow {
@@ -75,18 +113,26 @@ impl Workflow {
     /// is `max_duration_ms`: a literal duration above it is refused (a run could never wait
     /// that long). [`Workflow::compile`] uses [`crate::limits::MAX_RUN_DURATION_MS`].
     pub fn compile_within(document: Value, max_duration_ms: u64) -> Result<Self, DefinitionError> {
+        let bounds = Bounds { max_duration_ms, ..Bounds::default() };
+        Self::compile_with(document, &NodeRegistry::new(), bounds)
+    }
+
+    /// Compiles `document` for a host running the kinds of `registry`, within `bounds`.
+    pub fn compile_with(document: Value, registry: &NodeRegistry, bounds: Bounds) -> Result<Self, DefinitionError> {
+        let max_duration_ms = bounds.max_duration_ms;
         schema::validate_workflow(&document)?;
         let definition: WorkflowDefinition = serde_json::from_value(document.clone()).map_err(|error| {
             DefinitionError::Schema { violations: vec![json!({ "path": "/", "message": error.to_string() })] }
         })?;
         let graph = Graph::build(&definition)?;
         let edge_regexes = checks::check(&definition, max_duration_ms)?;
-        if let Some((index, node_id, message)) = nodes::find_invalid_config(&definition) {
+        if let Some((index, node_id, message)) = nodes::find_invalid_config(&definition, registry) {
             return Err(DefinitionError::NodeConfig { node_id, path: format!("/nodes/{index}/config"), message });
         }
-        let gap = nodes::find_gap(&definition);
+        let activities = compile_activities(&definition, registry, bounds)?;
+        let gap = nodes::find_gap(&definition, registry);
         let content_hash = content_hash(&document);
-        Ok(Self { document, definition, content_hash, graph, gap, edge_regexes })
+        Ok(Self { document, definition, content_hash, graph, gap, edge_regexes, activities })
     }
 
     /// The workflow id.
@@ -94,10 +140,58 @@ impl Workflow {
         &self.definition.id
     }
 
+    /// The activity of node `node_id`, when it is one.
+    pub fn activity(&self, node_id: &str) -> Option<&ActivityNode> {
+        self.graph.index_of(node_id).and_then(|index| self.activities[index].as_ref())
+    }
+
     /// The node definition with `node_id`.
     pub fn node(&self, node_id: &str) -> Option<&NodeDef> {
         self.graph.index_of(node_id).map(|index| &self.definition.nodes[index])
     }
+}
+
+/// Each activity node's policy, checked: `settings` fields by [`NodePolicy::parse`], and an
+/// attempt budget (the kind's own timeout or `attemptMs`) within `bounds.max_attempt_ms`.
+fn compile_activities(
+    definition: &WorkflowDefinition,
+    registry: &NodeRegistry,
+    bounds: Bounds,
+) -> Result<Vec<Option<ActivityNode>>, DefinitionError> {
+    let max_retries = definition.settings.get("maxRetries").and_then(Value::as_u64).unwrap_or(0);
+    let max_retries = u32::try_from(max_retries).unwrap_or(u32::MAX);
+    let mut compiled = Vec::with_capacity(definition.nodes.len());
+    for (index, node) in definition.nodes.iter().enumerate() {
+        let Some(kind) = registry.activity(&node.type_id) else {
+            compiled.push(None);
+            continue;
+        };
+        let policy = NodePolicy::parse(&node.settings).map_err(|issue| DefinitionError::Invalid {
+            path: format!("/nodes/{index}{}", issue.path),
+            rule: "settings",
+            message: format!("node `{}`: {}", node.id, issue.message),
+        })?;
+        let own = kind.attempt_timeout_ms(&node.config);
+        let attempt_ms = policy.timeouts.attempt_ms.map_or(own, |ms| ms.min(own));
+        let asked = policy.timeouts.attempt_ms.filter(|&ms| ms > bounds.max_attempt_ms);
+        if asked.is_some() || attempt_ms > bounds.max_attempt_ms {
+            let (path, ms) = match asked {
+                Some(ms) => (format!("/nodes/{index}/settings/timeouts/attemptMs"), ms),
+                None => (format!("/nodes/{index}/config/timeoutMs"), attempt_ms),
+            };
+            return Err(DefinitionError::Invalid {
+                path,
+                rule: "attempt_timeout",
+                message: format!(
+                    "node `{}` gives one attempt {ms} ms; this host runs an attempt for at most {} ms",
+                    node.id, bounds.max_attempt_ms
+                ),
+            });
+        }
+        let retry = policy.effective_retry(kind.idempotent(&node.config), max_retries);
+        compiled.push(Some(ActivityNode { kind: kind.clone(), retry, timeouts: policy.timeouts, attempt_ms }));
+    }
+    Ok(compiled)
 }
 
 /// Accepts the test harness's spelling of a definition (`workflowId` for `id`,

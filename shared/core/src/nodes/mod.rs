@@ -1,7 +1,8 @@
-//! Node kinds. Each kind is one module implementing [`NodeKind`]; [`kind`] is the registry.
-//! Adding a kind touches its module and one line of [`KINDS`].
-//!
-//! A node's execution is pure: resolved inputs, config and the time in; an outcome out.
+//! Node kinds. The engine's own *pure* kinds are one module each implementing [`NodeKind`]
+//! ([`kind`] finds them; adding one touches its module and one line of `PURE_KINDS`): their
+//! execution is pure — resolved inputs, config and the time in; an outcome out. Kinds with
+//! side effects are [`crate::activity::Activity`]s, registered per backend in a
+//! [`NodeRegistry`] (see `docs/architecture.md`, "Adding a work node").
 
 mod delay;
 mod fail;
@@ -9,8 +10,11 @@ mod gates;
 mod identity;
 mod noop;
 mod orchestration;
+mod registry;
 pub mod requires;
 pub mod subworkflow;
+
+pub use registry::NodeRegistry;
 
 use serde_json::{Map, Value};
 
@@ -75,8 +79,8 @@ pub trait NodeKind: Sync {
     fn execute(&self, context: &NodeContext<'_>) -> NodeOutcome;
 }
 
-/// Every node kind this host runs.
-static KINDS: &[&dyn NodeKind] = &[
+/// The engine's pure node kinds.
+static PURE_KINDS: &[&dyn NodeKind] = &[
     &noop::Noop,
     &delay::Delay,
     &identity::Identity,
@@ -90,14 +94,22 @@ static KINDS: &[&dyn NodeKind] = &[
     &requires::RequiresMissing,
 ];
 
-/// The kind implementing `type_id`, if this host runs it.
+/// The pure kind implementing `type_id`, if the engine has one.
 pub fn kind(type_id: &str) -> Option<&'static dyn NodeKind> {
-    KINDS.iter().copied().find(|kind| kind.type_id() == type_id)
+    PURE_KINDS.iter().copied().find(|kind| kind.type_id() == type_id)
 }
 
-/// The type ids this host runs.
-pub fn supported_type_ids() -> Vec<&'static str> {
-    KINDS.iter().map(|kind| kind.type_id()).collect()
+/// The engine's pure type ids.
+pub(crate) fn pure_type_ids() -> Vec<&'static str> {
+    PURE_KINDS.iter().map(|kind| kind.type_id()).collect()
+}
+
+/// A node's config check: its pure kind's, or its activity's.
+fn check_config(registry: &NodeRegistry, node_id: &str, type_id: &str, config: &Map<String, Value>) -> Option<Result<(), ConfigIssue>> {
+    match kind(type_id) {
+        Some(kind) => Some(kind.check(node_id, config)),
+        None => registry.activity(type_id).map(|activity| activity.check(node_id, config)),
+    }
 }
 
 /// The capability a type id is gated on, by the OpenWOP refusal contract; other unknown
@@ -112,9 +124,9 @@ fn capability_for(type_id: &str) -> String {
 }
 
 /// The first thing in `definition` this host cannot run, if any.
-pub fn find_gap(definition: &WorkflowDefinition) -> Option<CapabilityGap> {
+pub fn find_gap(definition: &WorkflowDefinition, registry: &NodeRegistry) -> Option<CapabilityGap> {
     for node in &definition.nodes {
-        let Some(found) = kind(&node.type_id) else {
+        let Some(checked) = check_config(registry, &node.id, &node.type_id, &node.config) else {
             return Some(CapabilityGap {
                 required_capability: capability_for(&node.type_id),
                 offending_type_id: Some(node.type_id.clone()),
@@ -122,7 +134,7 @@ pub fn find_gap(definition: &WorkflowDefinition) -> Option<CapabilityGap> {
                 message: format!("this host does not run node type `{}`", node.type_id),
             });
         };
-        if let Err(ConfigIssue::Capability(capability)) = found.check(&node.id, &node.config) {
+        if let Err(ConfigIssue::Capability(capability)) = checked {
             return Some(CapabilityGap {
                 required_capability: capability.to_owned(),
                 offending_type_id: Some(node.type_id.clone()),
@@ -153,9 +165,12 @@ pub fn find_gap(definition: &WorkflowDefinition) -> Option<CapabilityGap> {
 
 /// The first node whose config its kind refuses, as `(node index, node id, reason)`; a
 /// `core.dispatch` without a supervisor in the workflow is refused too (RFC 0007 §H1).
-pub fn find_invalid_config(definition: &WorkflowDefinition) -> Option<(usize, String, String)> {
+pub fn find_invalid_config(
+    definition: &WorkflowDefinition,
+    registry: &NodeRegistry,
+) -> Option<(usize, String, String)> {
     let invalid = definition.nodes.iter().enumerate().find_map(|(index, node)| {
-        match kind(&node.type_id)?.check(&node.id, &node.config) {
+        match check_config(registry, &node.id, &node.type_id, &node.config)? {
             Err(ConfigIssue::Invalid(message)) => Some((index, node.id.clone(), message)),
             _ => None,
         }

@@ -6,7 +6,7 @@ use serde_json::Map;
 
 use super::create::new_run;
 use super::Services;
-use crate::engine::{self, Input, Verdict};
+use crate::engine::{self, Input};
 use crate::error::{ServiceError, StoreError};
 use crate::ports::CreateResult;
 use crate::run::{NodeStatus, ParentLink, RunError, RunStatus};
@@ -23,9 +23,6 @@ pub enum ChildStart {
     /// The child workflow is unknown or not runnable; the parent's node failed.
     Refused,
 }
-
-/// How often a use case re-decides after losing a version race.
-const RACES: usize = 16;
 
 /// The deepest nesting of child runs (a workflow that calls itself stops here).
 pub const MAX_CHILD_DEPTH: u32 = 32;
@@ -154,17 +151,6 @@ impl Services {
 
     /// Applies `input` to `run_id` and commits, re-deciding after lost races.
     pub async fn apply_until_committed(&self, run_id: &str, input: Input) -> Result<(), ServiceError> {
-        for _ in 0..RACES {
-            let Some(decision) = self.decide(run_id, input.clone()).await? else { return Ok(()) };
-            if decision.outcome.verdict != Verdict::Applied {
-                return Ok(());
-            }
-            match self.commit(&decision).await {
-                Ok(()) => return Ok(()),
-                Err(StoreError::Conflict) => continue,
-                Err(error) => return Err(error.into()),
-            }
-        }
-        Err(ServiceError::Unavailable)
+        self.advance(None, run_id, input, &super::NoHooks).await.map(|_| ())
     }
 }

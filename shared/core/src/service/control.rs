@@ -3,9 +3,9 @@
 //! requests exactly one wins; the loser re-decides against the new state and gets the
 //! precise refusal (`interrupt_already_resolved`, `run_state_conflict`, …).
 
-use super::{Decision, Services, MAX_CONFLICT_RETRIES};
+use super::{Decision, NoHooks, Services};
 use crate::engine::{Input, Verdict};
-use crate::error::{ServiceError, StoreError};
+use crate::error::ServiceError;
 use crate::interrupt::{InterruptKind, InterruptRecord, Refusal, Resolution};
 use crate::run::{DrainPolicy, RunState};
 
@@ -19,36 +19,19 @@ impl Services {
         tenant: Option<&str>,
         run_id: &str,
         input: Input,
-    ) -> Result<(RunState, RunState), ServiceError> {
-        for _ in 0..MAX_CONFLICT_RETRIES {
-            let before = match self.store.load_run(run_id).await? {
-                Some(run) if tenant.is_none_or(|tenant| run.tenant == tenant) => run,
-                _ => return Err(ServiceError::NotFound { what: "run" }),
-            };
-            let workflow = self.pinned_workflow(&before).await?;
-            let input = self.with_prior_vote(&before, input.clone()).await?;
-            let mut run = before.clone();
-            let outcome = crate::engine::apply(&workflow, &mut run, input, self.clock.now());
-            match outcome.verdict {
-                Verdict::Applied => {}
-                Verdict::Refused(refusal) => return Err(ServiceError::Refused(refusal)),
-                Verdict::Ignored(_) | Verdict::Stale | Verdict::Later => return Ok((before, run)),
-            }
-            run.version = before.version + 1;
-            let decision = Decision { run, expected_version: before.version, outcome, previous_status: before.status };
-            match self.commit(&decision).await {
-                Ok(()) => return Ok((before, decision.run)),
-                Err(StoreError::Conflict) => continue,
-                Err(error) => return Err(error.into()),
-            }
+    ) -> Result<Decision, ServiceError> {
+        let decision = self.advance(tenant, run_id, input, &NoHooks).await?;
+        let decision = decision.ok_or(ServiceError::NotFound { what: "run" })?;
+        if let Verdict::Refused(refusal) = decision.outcome.verdict {
+            return Err(ServiceError::Refused(refusal));
         }
-        Err(ServiceError::Unavailable)
+        Ok(decision)
     }
 
     /// A vote on an approval carries the voter's earlier vote on that occurrence, read by key
     /// from the store (after the run, so a vote committed since is seen or the commit loses
     /// the version race): the engine adjusts the tally without reading every vote.
-    async fn with_prior_vote(&self, run: &RunState, input: Input) -> Result<Input, ServiceError> {
+    pub(super) async fn with_prior_vote(&self, run: &RunState, input: Input) -> Result<Input, ServiceError> {
         let Input::Resolve(mut resolution) = input else { return Ok(input) };
         let occurrence = match &resolution.interrupt_id {
             Some(id) => run.interrupts.iter().find(|record| &record.id == id),
@@ -70,7 +53,8 @@ impl Services {
         resolution: Resolution,
     ) -> Result<(RunState, InterruptRecord), ServiceError> {
         let (node_id, named) = (resolution.node_id.clone(), resolution.interrupt_id.clone());
-        let (before, run) = self.operate(tenant, run_id, Input::Resolve(resolution)).await?;
+        let decision = self.operate(tenant, run_id, Input::Resolve(resolution)).await?;
+        let (before, run) = (decision.before.ok_or(ServiceError::Internal)?, decision.run);
         // The occurrence the resolution was about: the one named, else the node's pending one
         // as it was read (after a refine, the run's pending occurrence is a new one).
         let id = named.or_else(|| {
@@ -88,7 +72,7 @@ impl Services {
         reason: Option<String>,
         drain_policy: DrainPolicy,
     ) -> Result<RunState, ServiceError> {
-        Ok(self.operate(Some(tenant), run_id, Input::Pause { reason, drain_policy }).await?.1)
+        Ok(self.operate(Some(tenant), run_id, Input::Pause { reason, drain_policy }).await?.run)
     }
 
     /// Resumes a paused run.
@@ -98,7 +82,7 @@ impl Services {
         run_id: &str,
         reason: Option<String>,
     ) -> Result<RunState, ServiceError> {
-        Ok(self.operate(Some(tenant), run_id, Input::Resume { reason }).await?.1)
+        Ok(self.operate(Some(tenant), run_id, Input::Resume { reason }).await?.run)
     }
 
     /// Why `resolution` would be refused against `run`, without committing anything (token

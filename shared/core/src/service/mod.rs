@@ -2,6 +2,7 @@
 //! it, and advance it by one task. HTTP handlers and queue workers are thin callers.
 
 mod children;
+mod commit;
 mod control;
 mod create;
 mod idempotency;
@@ -13,10 +14,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::engine::{self, Input, Outcome, Verdict};
-use crate::error::{ServiceError, StoreError};
+use crate::error::ServiceError;
 use crate::event::RunEvent;
 use crate::limits::HostLimits;
-use crate::model::Workflow;
+use crate::model::{Bounds, Workflow};
+use crate::nodes::NodeRegistry;
 use crate::ports::{Clock, EffectSink, IdGenerator, Notifier, RunFilter, RunPosition, Store};
 use crate::run::{RunState, RunStatus};
 
@@ -28,8 +30,7 @@ pub use idempotency::Begin;
 pub use seam_dispatch::{logical_invocation_id, PerItemRequest, CLAIM_ENDPOINT};
 pub use workflows::{read_definition_files, DefinitionFiles, ListedWorkflow, LoadReport};
 
-/// How many times a use case re-reads and re-decides after losing a version race.
-const MAX_CONFLICT_RETRIES: usize = 16;
+pub use commit::{backoff_ceiling_ms, CommitHooks, NoHooks, BACKOFF_BASE_MS, BACKOFF_CAP_MS, MAX_CONFLICT_RETRIES};
 
 /// The ports and settings the use cases run on.
 pub struct Services {
@@ -45,6 +46,8 @@ pub struct Services {
     pub notifier: Arc<dyn Notifier>,
     /// Host limits.
     pub limits: HostLimits,
+    /// The node kinds this host runs (its composition root registers the activities).
+    pub nodes: Arc<NodeRegistry>,
     /// The test seams are enabled (`OPENWOP_TEST_SEAM_ENABLED`): the capability overlay is
     /// read and honoured.
     pub test_seams: bool,
@@ -76,6 +79,9 @@ pub struct Decision {
     pub outcome: Outcome,
     /// The run's status before the input.
     pub previous_status: RunStatus,
+    /// The run as it was read, kept for interrupt resolutions (which report the occurrence
+    /// they were about); `None` for other inputs.
+    pub before: Option<RunState>,
 }
 
 impl Decision {
@@ -98,7 +104,26 @@ impl Services {
     /// Wires the use cases to their ports.
     pub fn new(ports: Ports, limits: HostLimits) -> Self {
         let Ports { store, effects, clock, ids, notifier } = ports;
-        Self { store, effects, clock, ids, notifier, limits, test_seams: false, compiled: Mutex::new(HashMap::new()) }
+        let nodes = Arc::new(NodeRegistry::new());
+        let compiled = Mutex::new(HashMap::new());
+        Self { store, effects, clock, ids, notifier, limits, nodes, test_seams: false, compiled }
+    }
+
+    /// The same services running the node kinds of `nodes`.
+    pub fn with_nodes(mut self, nodes: NodeRegistry) -> Self {
+        self.nodes = Arc::new(nodes);
+        self
+    }
+
+    /// The ceilings a registration is checked against.
+    pub fn bounds(&self) -> Bounds {
+        Bounds { max_duration_ms: self.limits.max_run_duration_ms, max_attempt_ms: self.limits.max_attempt_ms }
+    }
+
+    /// Compiles `document` for this host (its node kinds and the largest bounds: a stored
+    /// definition stays readable when the host's ceilings are lowered).
+    pub fn compile(&self, document: serde_json::Value) -> Result<Workflow, crate::DefinitionError> {
+        Workflow::compile_with(document, &self.nodes, Bounds { max_attempt_ms: self.limits.max_attempt_ms, ..Bounds::default() })
     }
 
     /// The same services with the test seams enabled or not.
@@ -154,45 +179,29 @@ impl Services {
         if current.status.is_terminal() {
             return Ok((current, true));
         }
-        for _ in 0..MAX_CONFLICT_RETRIES {
-            let decision = self.decide(run_id, Input::Cancel { reason: reason.clone() }).await?;
-            let Some(decision) = decision else { return Err(ServiceError::NotFound { what: "run" }) };
-            if decision.outcome.verdict != Verdict::Applied {
-                let terminal = decision.run.status.is_terminal();
-                return Ok((decision.run, terminal));
-            }
-            match self.commit(&decision).await {
-                Ok(()) => return Ok((decision.run, false)),
-                Err(StoreError::Conflict) => continue,
-                Err(error) => return Err(error.into()),
-            }
-        }
-        Err(ServiceError::Unavailable)
+        let input = Input::Cancel { reason };
+        let decision = self.advance(Some(tenant), run_id, input, &NoHooks).await?;
+        let decision = decision.ok_or(ServiceError::NotFound { what: "run" })?;
+        let terminal = decision.outcome.verdict != Verdict::Applied && decision.run.status.is_terminal();
+        Ok((decision.run, terminal))
     }
 
     /// Loads the run and its pinned workflow and applies `input` at the current time.
     /// `None` when the run does not exist.
+    /// (A vote carries the voter's earlier vote, read by key after the run.) Nothing is
+    /// written: [`Services::advance`] is the loop that commits.
     pub async fn decide(&self, run_id: &str, input: Input) -> Result<Option<Decision>, ServiceError> {
         let Some(mut run) = self.store.load_run(run_id).await? else { return Ok(None) };
         let workflow = self.pinned_workflow(&run).await?;
         let expected_version = run.version;
         let previous_status = run.status;
+        let before = matches!(input, Input::Resolve(_)).then(|| run.clone());
+        let input = self.with_prior_vote(&run, input).await?;
         let outcome = engine::apply(&workflow, &mut run, input, self.clock.now());
         if outcome.verdict == Verdict::Applied {
             run.version = expected_version + 1;
         }
-        Ok(Some(Decision { run, expected_version, outcome, previous_status }))
-    }
-
-    /// Commits an applied decision (state, events and effects atomically), then sends the
-    /// effects and notifies waiters.
-    pub async fn commit(&self, decision: &Decision) -> Result<(), StoreError> {
-        self.store
-            .commit(&decision.run, decision.expected_version, &decision.outcome.events, &decision.outcome.effects)
-            .await?;
-        decision.log_transition();
-        self.send_effects(&decision.run.run_id, decision.run.version, &decision.outcome.effects).await;
-        Ok(())
+        Ok(Some(Decision { run, expected_version, outcome, previous_status, before }))
     }
 
     /// Sends committed effects and notifies waiters. A failed send loses nothing: the effects
@@ -227,7 +236,7 @@ impl Services {
         }
         // A stored definition that today's rules refuse (stored before a rule existed) is
         // answered as what it is, a validation error naming the rule, not an outage.
-        let workflow = Arc::new(Workflow::compile(document).map_err(ServiceError::from)?);
+        let workflow = Arc::new(self.compile(document).map_err(ServiceError::from)?);
         self.compiled.lock().expect("cache lock").insert(hash, workflow.clone());
         Ok(workflow)
     }

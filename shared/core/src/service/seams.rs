@@ -83,6 +83,6 @@ impl Services {
         run_id: &str,
         variables: Map<String, Value>,
     ) -> Result<RunState, ServiceError> {
-        Ok(self.operate(Some(tenant), run_id, crate::engine::Input::SetVariables { variables }).await?.1)
+        Ok(self.operate(Some(tenant), run_id, crate::engine::Input::SetVariables { variables }).await?.run)
     }
 }

@@ -73,7 +73,7 @@ impl Services {
     /// changed document under the same version label becomes the latest; runs already pinned
     /// to the old document keep it).
     pub async fn put_workflow(&self, namespace: &str, document: Value) -> Result<Arc<Workflow>, ServiceError> {
-        let workflow = Workflow::compile(document)?;
+        let workflow = Workflow::compile_with(document, &self.nodes, self.bounds())?;
         self.store.put_workflow(&stored(namespace, &workflow), self.clock.now()).await?;
         self.compile_cached(workflow.document.clone())
     }
@@ -88,7 +88,7 @@ impl Services {
     ) -> Result<(Arc<Workflow>, bool), ServiceError> {
         let document = crate::model::normalize_spelling(document);
         self.refusal_scan(&document).await?;
-        let workflow = Workflow::compile_within(document, self.limits.max_run_duration_ms)?;
+        let workflow = Workflow::compile_with(document, &self.nodes, self.bounds())?;
         if let Some(gap) = &workflow.gap {
             return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
         }
@@ -151,7 +151,7 @@ impl Services {
     pub async fn load_bundled_fixtures(&self) -> Result<(), ServiceError> {
         for (_, text) in crate::bundled::FIXTURES {
             let document: Value = serde_json::from_str(text).map_err(|_| ServiceError::Internal)?;
-            let workflow = Workflow::compile(document)?;
+            let workflow = self.compile(document)?;
             let stored = self.store.workflow_version(GLOBAL_NAMESPACE, workflow.id(), &workflow.content_hash).await?;
             if stored.is_none() {
                 self.put_workflow(GLOBAL_NAMESPACE, workflow.document.clone()).await?;

@@ -1,0 +1,182 @@
+//! The activity model: node kinds with side effects.
+//!
+//! A *pure* node kind is decided inside the engine (see [`crate::nodes`]). An *activity*
+//! (an HTTP call, a model call, a cloud API) is executed outside it:
+//!
+//! ```text
+//! engine ──Effect::Execute{node, activation, attempt}──▶ worker ──▶ Activity::execute (I/O)
+//!    ▲                                                                   │
+//!    └────────── Input::ActivityFinished{attempt, outcome} ◀─────────────┘  (one commit)
+//! ```
+//!
+//! When an activity node becomes ready the engine calls [`Activity::prepare`] (pure: it
+//! renders the node's config against inputs and variables into the request every attempt
+//! sends), commits `node.started{attempt}` and an `Execute` effect. The worker calls
+//! [`Activity::execute`], bounded by the attempt's timeout, and feeds the outcome back as an
+//! input; the engine turns it into `node.completed`, `node.retried` (a durable timer, then
+//! the next attempt) or `node.failed` (or a failure route, see the edge `triggerRule`).
+//! Executors never write the store. An attempt may execute twice (a crash after the call,
+//! before the commit): the remote side sees the same [`ActivityCall::idempotency_key`] on
+//! every attempt of one logical call and the attempt number apart.
+//!
+//! - [`policy`]: `settings.retry` / `settings.timeouts` (parsing, checks, backoff);
+//! - [`template`]: the `{{inputs.x}}` / `{{variables.x}}` syntax work nodes render with.
+
+pub mod policy;
+pub mod template;
+
+use std::fmt;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::interrupt::request::ConfigIssue;
+use crate::nodes::NodeContext;
+use crate::run::RunError;
+
+/// One attempt of an activity node, as the executor receives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivityCall {
+    /// The run.
+    pub run_id: String,
+    /// The node.
+    pub node_id: String,
+    /// The node's `typeId`.
+    pub type_id: String,
+    /// The node's activation (a loop re-activates a node: a new logical call).
+    pub activation: u32,
+    /// Zero-based attempt number (`node.started.attempt`).
+    pub attempt: u32,
+    /// The same for every attempt of one logical call: a hash of (run, node, activation).
+    pub idempotency_key: String,
+    /// What [`Activity::prepare`] rendered when the node started.
+    pub request: Value,
+    /// This attempt's time budget in milliseconds (the smaller of the node's own timeout,
+    /// `settings.timeouts.attemptMs` and what is left of `totalMs`).
+    pub timeout_ms: u64,
+}
+
+/// Why an attempt failed: a stable code, a message, details and whether another attempt
+/// could succeed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivityError {
+    /// Stable code, e.g. `http_timeout`.
+    pub code: String,
+    /// Human text. Never carries a secret.
+    pub message: String,
+    /// Extra data (e.g. `{url}`, `{actual, expected}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+    /// Whether retrying may help.
+    pub retryable: bool,
+}
+
+impl ActivityError {
+    /// A new error without details.
+    pub fn new(code: &str, message: impl Into<String>, retryable: bool) -> Self {
+        Self { code: code.to_owned(), message: message.into(), details: None, retryable }
+    }
+
+    /// The same error with `details`.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// The error as `node.failed` / `run.failed` carry it.
+    pub fn to_run_error(&self) -> RunError {
+        RunError { code: self.code.clone(), message: self.message.clone(), details: self.details.clone() }
+    }
+}
+
+impl fmt::Display for ActivityError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{}: {}", self.code, self.message)
+    }
+}
+
+/// The outcome of one attempt: the node's outputs, or why it failed.
+pub type ActivityResult = Result<Map<String, Value>, ActivityError>;
+
+/// Something an executor reports while an attempt runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// The attempt is alive; `details` are kept for the next attempt to read.
+    Heartbeat {
+        /// Free-form progress details.
+        details: Value,
+    },
+    /// A piece of streamed output (committed as `output.chunk`).
+    Chunk {
+        /// The chunk.
+        data: Value,
+    },
+}
+
+/// Where an executor reports [`Progress`]; the worker commits it as an input for the attempt
+/// it belongs to (an input for a superseded attempt is ignored).
+#[async_trait]
+pub trait ProgressSink: Send + Sync {
+    /// Reports progress. Never fails the attempt: a report that cannot be committed is logged.
+    async fn report(&self, progress: Progress);
+}
+
+/// A sink that drops every report (for executors driven outside a worker, and tests).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProgress;
+
+#[async_trait]
+impl ProgressSink for NoProgress {
+    async fn report(&self, _progress: Progress) {}
+}
+
+/// A node kind with side effects, registered with its executor in a composition root
+/// ([`crate::nodes::NodeRegistry::register`]).
+#[async_trait]
+pub trait Activity: Send + Sync + fmt::Debug {
+    /// The `typeId` it implements.
+    fn type_id(&self) -> &'static str;
+
+    /// Checks a node's config when its workflow is registered. An [`ConfigIssue::Invalid`]
+    /// message names the field and the rule.
+    fn check(&self, node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue>;
+
+    /// Whether a node with this config may be retried without an explicit `settings.retry`
+    /// (under `WorkflowSettings.maxRetries`): true for idempotent calls only (e.g. GET).
+    fn idempotent(&self, config: &Map<String, Value>) -> bool {
+        let _ = config;
+        false
+    }
+
+    /// The per-attempt timeout the node's own config asks for (e.g. `config.timeoutMs`),
+    /// and otherwise the kind's default. `settings.timeouts.attemptMs` may lower it.
+    fn attempt_timeout_ms(&self, config: &Map<String, Value>) -> u64;
+
+    /// Renders the request every attempt of this activation sends. Pure (no I/O, no clock):
+    /// an error (e.g. an unresolved template name, `validation_error` with `details.path`)
+    /// fails the node without an attempt.
+    fn prepare(&self, context: &NodeContext<'_>) -> Result<Value, RunError>;
+
+    /// Executes one attempt. Must return within `call.timeout_ms` (the worker also bounds it).
+    async fn execute(&self, call: &ActivityCall, progress: &dyn ProgressSink) -> ActivityResult;
+
+    /// The capability blocks this kind adds to discovery (e.g. `httpClient`), as
+    /// `(block name, value)`.
+    fn capabilities(&self) -> Vec<(&'static str, Value)> {
+        Vec::new()
+    }
+}
+
+/// The `Idempotency-Key` the remote side sees for every attempt of one logical call:
+/// `sha256(run, node, activation)` in hex (RFC 0150: the attempt is not part of it).
+pub fn idempotency_key(run_id: &str, node_id: &str, activation: u32) -> String {
+    let mut hash = Sha256::new();
+    hash.update(run_id.as_bytes());
+    hash.update([0]);
+    hash.update(node_id.as_bytes());
+    hash.update([0]);
+    hash.update(activation.to_be_bytes());
+    hex::encode(hash.finalize())
+}

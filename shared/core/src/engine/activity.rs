@@ -1,0 +1,210 @@
+//! The activity rows of the transition table: start an activity node (render its request,
+//! commit `node.started{attempt: 0}` and an `Execute` effect), take an attempt's outcome
+//! (`node.completed`, `node.retried` + a backoff timer, or `node.failed`), start the next
+//! attempt when the timer fires, and record progress. Every row checks that the input is
+//! for the node's *current* activation and attempt; anything else is an ignored row (a
+//! superseded attempt's late result changes nothing).
+//!
+//! Attempt numbering (OpenWOP §4.2): `node.started.attempt` is zero-based,
+//! `node.retried.attempt` is the attempt about to run (≥ 1), `node.failed.attempts` counts
+//! every attempt made.
+
+use serde_json::{json, Map, Value};
+
+use super::progress::Transition;
+use super::{Effect, Verdict};
+use crate::activity::{idempotency_key, ActivityCall, ActivityError, ActivityResult, Progress};
+use crate::event::types;
+use crate::model::definition::NodeDef;
+use crate::model::Workflow;
+use crate::nodes::NodeContext;
+use crate::run::{ActivityProgress, NodeStatus, RunState};
+
+/// The host event an activity heartbeat is recorded as (debug mode only).
+pub const ACTIVITY_HEARTBEAT: &str = "trellis.activity.heartbeat";
+
+/// What the worker hands the executor for attempt `attempt` of `node_id`, if that attempt is
+/// the node's current one and it is executing; `None` for a superseded or finished attempt.
+pub fn activity_call(
+    workflow: &Workflow,
+    run: &RunState,
+    node_id: &str,
+    activation: u32,
+    attempt: u32,
+    now: crate::timefmt::Millis,
+) -> Option<ActivityCall> {
+    let node = run.nodes.get(node_id)?;
+    let progress = node.activity.as_ref()?;
+    if node.status != NodeStatus::Executing || node.activation != activation || progress.attempt != attempt {
+        return None;
+    }
+    let compiled = workflow.activity(node_id)?;
+    let mut timeout_ms = compiled.attempt_ms;
+    if let (Some(total), Some(started)) = (compiled.timeouts.total_ms, node.started_at) {
+        let left = started.saturating_add(total).saturating_sub(now);
+        timeout_ms = timeout_ms.min(left.max(1));
+    }
+    Some(ActivityCall {
+        run_id: run.run_id.clone(),
+        node_id: node_id.to_owned(),
+        type_id: compiled.kind.type_id().to_owned(),
+        activation,
+        attempt,
+        idempotency_key: idempotency_key(&run.run_id, node_id, activation),
+        request: progress.request.clone(),
+        timeout_ms,
+    })
+}
+
+fn error_value(error: &ActivityError) -> Value {
+    json!({ "code": error.code, "message": error.message, "retryable": error.retryable })
+}
+
+impl Transition<'_> {
+    /// Starts the activity node `definition` (it was scheduled and passed its checks).
+    pub(super) fn start_activity(&mut self, definition: &NodeDef, inputs: Map<String, Value>) {
+        let node_id = definition.id.as_str();
+        self.emit_started(node_id, &definition.type_id, 0);
+        let Some(compiled) = self.workflow.activity(node_id) else { return };
+        let prepared = compiled.kind.prepare(&NodeContext {
+            node_id,
+            config: &definition.config,
+            inputs,
+            variables: &self.state.variables,
+            now: self.now,
+        });
+        match prepared {
+            Ok(request) => {
+                let activation = {
+                    let node = self.node_mut(node_id);
+                    node.status = NodeStatus::Executing;
+                    node.activity = Some(ActivityProgress { attempt: 0, request, heartbeat: None });
+                    node.activation
+                };
+                let due_at = self.now;
+                self.effects.push(Effect::Execute { node_id: node_id.to_owned(), activation, attempt: 0, due_at });
+            }
+            Err(error) => self.fail_node_after(node_id, error, 1, false),
+        }
+    }
+
+    fn emit_started(&mut self, node_id: &str, type_id: &str, attempt: u32) {
+        self.emit(types::NODE_STARTED, Some(node_id), json!({ "nodeId": node_id, "typeId": type_id, "attempt": attempt }));
+    }
+
+    fn is_current(&self, node_id: &str, activation: u32, attempt: u32, status: NodeStatus) -> bool {
+        self.state.nodes.get(node_id).is_some_and(|node| {
+            node.status == status
+                && node.activation == activation
+                && node.activity.as_ref().is_some_and(|progress| progress.attempt == attempt)
+        })
+    }
+
+    /// An attempt's outcome.
+    pub(super) fn activity_finished(
+        &mut self,
+        node_id: &str,
+        activation: u32,
+        attempt: u32,
+        result: ActivityResult,
+    ) -> Verdict {
+        if !self.is_current(node_id, activation, attempt, NodeStatus::Executing) {
+            return Verdict::Ignored("result of a superseded attempt");
+        }
+        let Some(compiled) = self.workflow.activity(node_id).cloned() else { return Verdict::Stale };
+        match result {
+            Ok(outputs) => {
+                self.node_mut(node_id).activity = None;
+                self.state.variables.insert(node_id.to_owned(), Value::Object(outputs.clone()));
+                self.complete_node(node_id, outputs, false);
+            }
+            Err(error) => {
+                let started = self.state.nodes.get(node_id).and_then(|node| node.started_at).unwrap_or(self.now);
+                let seed = format!("{}/{node_id}/{activation}", self.state.run_id);
+                let delay = compiled.retry.delay_ms(attempt, &seed);
+                let within_total =
+                    compiled.timeouts.total_ms.is_none_or(|total| self.now.saturating_add(delay) < started + total);
+                if compiled.retry.retries(attempt, &error) && within_total {
+                    self.schedule_retry(node_id, activation, attempt + 1, delay, &error);
+                } else if compiled.retry.retries(attempt, &error) {
+                    let total = compiled.timeouts.total_ms.unwrap_or_default();
+                    let timeout = ActivityError::new(
+                        "node_timeout",
+                        format!("the node's attempts did not succeed within its totalMs of {total} ms"),
+                        false,
+                    )
+                    .with_details(json!({ "totalMs": total, "lastError": error_value(&error) }));
+                    self.fail_node_after(node_id, timeout.to_run_error(), attempt + 1, false);
+                } else {
+                    self.fail_node_after(node_id, error.to_run_error(), attempt + 1, error.retryable);
+                }
+            }
+        }
+        Verdict::Applied
+    }
+
+    fn schedule_retry(&mut self, node_id: &str, activation: u32, next: u32, delay: u64, error: &ActivityError) {
+        let mut last_error = error_value(error);
+        if let Some(details) = &error.details {
+            last_error["details"] = details.clone();
+        }
+        self.emit(
+            types::NODE_RETRIED,
+            Some(node_id),
+            json!({ "nodeId": node_id, "attempt": next, "delayMs": delay, "lastError": last_error }),
+        );
+        let due_at = self.now.saturating_add(delay);
+        let node = self.node_mut(node_id);
+        node.status = NodeStatus::Retrying;
+        node.wake_at = Some(due_at);
+        if let Some(progress) = node.activity.as_mut() {
+            progress.attempt = next;
+        }
+        self.effects.push(Effect::Retry { node_id: node_id.to_owned(), activation, attempt: next, due_at });
+    }
+
+    /// A backoff timer fired: the next attempt starts.
+    pub(super) fn retry_due(&mut self, node_id: &str, activation: u32, attempt: u32) -> Verdict {
+        if !self.is_current(node_id, activation, attempt, NodeStatus::Retrying) {
+            return Verdict::Stale;
+        }
+        if self.state.nodes.get(node_id).and_then(|node| node.wake_at).is_some_and(|due| due > self.now) {
+            return Verdict::Later;
+        }
+        let Some(type_id) = self.workflow.node(node_id).map(|node| node.type_id.clone()) else { return Verdict::Stale };
+        self.emit_started(node_id, &type_id, attempt);
+        let node = self.node_mut(node_id);
+        node.status = NodeStatus::Executing;
+        node.wake_at = None;
+        let due_at = self.now;
+        self.effects.push(Effect::Execute { node_id: node_id.to_owned(), activation, attempt, due_at });
+        Verdict::Applied
+    }
+
+    /// Progress of the current attempt: a heartbeat's details are kept (and recorded as a
+    /// debug event), a chunk becomes `output.chunk`.
+    pub(super) fn activity_progress(
+        &mut self,
+        node_id: &str,
+        activation: u32,
+        attempt: u32,
+        progress: Progress,
+    ) -> Verdict {
+        if !self.is_current(node_id, activation, attempt, NodeStatus::Executing) {
+            return Verdict::Ignored("progress of a superseded attempt");
+        }
+        match progress {
+            Progress::Heartbeat { details } => {
+                if let Some(progress) = self.node_mut(node_id).activity.as_mut() {
+                    progress.heartbeat = Some(details.clone());
+                }
+                let payload = json!({ "nodeId": node_id, "attempt": attempt, "details": details });
+                self.emit(ACTIVITY_HEARTBEAT, Some(node_id), payload);
+            }
+            Progress::Chunk { data } => {
+                self.emit(types::OUTPUT_CHUNK, Some(node_id), json!({ "nodeId": node_id, "attempt": attempt, "chunk": data }));
+            }
+        }
+        Verdict::Applied
+    }
+}

@@ -1,0 +1,62 @@
+//! The node registry: which node kinds a host runs. Pure kinds are the engine's own (see
+//! [`super::kind`]); activities (kinds with side effects, [`crate::activity::Activity`]) are
+//! registered by each composition root with their executors, so the embedded binary carries
+//! only what it registers. Workflow compilation, the capability gap, config checks and
+//! discovery (`nodeTypes`, capability blocks) are all derived from one registry.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::activity::Activity;
+
+/// The node kinds one host runs.
+#[derive(Debug, Clone, Default)]
+pub struct NodeRegistry {
+    activities: Vec<Arc<dyn Activity>>,
+}
+
+impl NodeRegistry {
+    /// A registry with the engine's pure kinds and no activity.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers an activity kind and its executor.
+    ///
+    /// # Panics
+    ///
+    /// When its `typeId` is already taken (a pure kind or another activity): a composition
+    /// mistake, found at start.
+    pub fn register(mut self, activity: Arc<dyn Activity>) -> Self {
+        let type_id = activity.type_id();
+        assert!(
+            super::kind(type_id).is_none() && self.activity(type_id).is_none(),
+            "node kind `{type_id}` registered twice"
+        );
+        self.activities.push(activity);
+        self
+    }
+
+    /// The activity implementing `type_id`, if one is registered.
+    pub fn activity(&self, type_id: &str) -> Option<&Arc<dyn Activity>> {
+        self.activities.iter().find(|activity| activity.type_id() == type_id)
+    }
+
+    /// Whether this host runs `type_id` (pure or activity).
+    pub fn runs(&self, type_id: &str) -> bool {
+        super::kind(type_id).is_some() || self.activity(type_id).is_some()
+    }
+
+    /// Every type id this host runs, pure kinds first, then activities in registration order.
+    pub fn type_ids(&self) -> Vec<&'static str> {
+        let mut ids = super::pure_type_ids();
+        ids.extend(self.activities.iter().map(|activity| activity.type_id()));
+        ids
+    }
+
+    /// The discovery capability blocks the registered activities add.
+    pub fn capabilities(&self) -> Vec<(&'static str, Value)> {
+        self.activities.iter().flat_map(|activity| activity.capabilities()).collect()
+    }
+}

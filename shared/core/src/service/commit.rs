@@ -1,0 +1,94 @@
+//! The one commit loop every input to a run goes through — tasks, operator requests,
+//! activity outcomes and progress, delivery exhaustion: read the run, decide, commit against
+//! the version read, send the effects. A lost version race re-reads and re-decides after a
+//! jittered backoff (full jitter, doubling from [`BACKOFF_BASE_MS`] up to [`BACKOFF_CAP_MS`]),
+//! at most [`MAX_CONFLICT_RETRIES`] times; then the caller gets `unavailable` (retryable).
+//! Crash points are hooks ([`CommitHooks`]) so the crash-recovery tests can abort between
+//! the steps.
+
+use super::{Decision, Services};
+use crate::engine::{Input, Verdict};
+use crate::error::{ServiceError, StoreError};
+
+/// How many times the loop re-reads and re-decides after losing a version race.
+pub const MAX_CONFLICT_RETRIES: usize = 16;
+/// The first backoff ceiling after a lost race.
+pub const BACKOFF_BASE_MS: u64 = 2;
+/// The largest backoff ceiling.
+pub const BACKOFF_CAP_MS: u64 = 200;
+
+/// Points around a commit a caller may act at (the worker's named crash points).
+pub trait CommitHooks: Send + Sync {
+    /// Decided and applied, not committed yet.
+    fn before_commit(&self) {}
+    /// Committed, effects not sent.
+    fn after_commit(&self) {}
+    /// Effects sent.
+    fn after_effects(&self) {}
+}
+
+/// No hooks.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHooks;
+
+impl CommitHooks for NoHooks {}
+
+/// The backoff ceiling before re-deciding after the `race`-th lost race (zero-based).
+pub fn backoff_ceiling_ms(race: usize) -> u64 {
+    let doubled = BACKOFF_BASE_MS.saturating_mul(1u64 << race.min(16));
+    doubled.min(BACKOFF_CAP_MS)
+}
+
+impl Services {
+    /// Applies `input` to `run_id` until it is committed or not applicable. With `tenant`,
+    /// another tenant's run reads as absent. Returns `None` when the run does not exist;
+    /// otherwise the decision: applied (committed, effects sent, waiters notified) or not
+    /// (ignored, stale, later, refused — nothing written).
+    pub async fn advance(
+        &self,
+        tenant: Option<&str>,
+        run_id: &str,
+        input: Input,
+        hooks: &dyn CommitHooks,
+    ) -> Result<Option<Decision>, ServiceError> {
+        for race in 0..MAX_CONFLICT_RETRIES {
+            let Some(decision) = self.decide(run_id, input.clone()).await? else { return Ok(None) };
+            if tenant.is_some_and(|tenant| decision.run.tenant != tenant) {
+                return Ok(None);
+            }
+            if decision.outcome.verdict != Verdict::Applied {
+                return Ok(Some(decision));
+            }
+            hooks.before_commit();
+            let outcome = &decision.outcome;
+            match self.store.commit(&decision.run, decision.expected_version, &outcome.events, &outcome.effects).await {
+                Ok(()) => {}
+                Err(StoreError::Conflict) => {
+                    let ceiling = backoff_ceiling_ms(race);
+                    self.clock.sleep(self.ids.random() % (ceiling + 1)).await;
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            }
+            decision.log_transition();
+            hooks.after_commit();
+            self.send_effects(run_id, decision.run.version, &outcome.effects).await;
+            hooks.after_effects();
+            return Ok(Some(decision));
+        }
+        tracing::warn!(run_id, "lost the version race {MAX_CONFLICT_RETRIES} times; leaving the input for a retry");
+        Err(ServiceError::Unavailable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let ceilings: Vec<u64> = (0..10).map(backoff_ceiling_ms).collect();
+        assert_eq!(ceilings, vec![2, 4, 8, 16, 32, 64, 128, 200, 200, 200]);
+        assert_eq!(backoff_ceiling_ms(usize::MAX), BACKOFF_CAP_MS);
+    }
+}
