@@ -106,4 +106,16 @@ pub struct ServeArgs {
     /// scope, and honour the capability overlay they set. Off by default; never in production.
     #[arg(long, env = "OPENWOP_TEST_SEAM_ENABLED")]
     pub test_seams: bool,
+    /// Activity attempts (HTTP calls, …) executing at once; more wait their turn, and a slow
+    /// call never holds up other runs' steps.
+    #[arg(long, env = "TRELLIS_MAX_CONCURRENT_ACTIVITIES", default_value_t = trellis_worker::DEFAULT_MAX_CONCURRENT_ACTIVITIES as u32, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_concurrent_activities: u32,
+    /// Private destinations `core.http.request` may reach, as a comma list of IPs or CIDRs
+    /// (e.g. `10.1.0.0/16,127.0.0.1`). Empty by default: loopback, RFC 1918, link-local and
+    /// unique-local addresses are refused; cloud metadata addresses can never be allowed.
+    #[arg(long, env = "TRELLIS_HTTP_ALLOW_PRIVATE_NETS", default_value = "")]
+    pub http_allow_private_nets: String,
+    /// Where `core.http.request` cuts a response body (`bodyTruncated: true`), in bytes.
+    #[arg(long, env = "TRELLIS_HTTP_MAX_RESPONSE_BYTES", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(1..=67_108_864))]
+    pub http_max_response_bytes: u64,
 }

@@ -9,7 +9,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
+use trellis_activities::http::{AllowList, HttpClient, HttpRequestActivity, HttpSettings};
 use trellis_core::limits::HostLimits;
+use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
 use trellis_core::service::{Ports, Services};
 use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
@@ -38,6 +40,20 @@ pub enum StartError {
     /// The address could not be bound.
     #[error("cannot listen on {0}: {1}")]
     Bind(SocketAddr, std::io::Error),
+    /// A setting has a value it cannot take.
+    #[error("{0}")]
+    Setting(String),
+}
+
+/// The node kinds the embedded host runs: the engine's pure kinds and these activities
+/// (no AWS kind: the embedded binary carries no AWS SDK).
+pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
+    let allow = AllowList::parse(&args.http_allow_private_nets).map_err(|error| {
+        StartError::Setting(format!("--http-allow-private-nets / TRELLIS_HTTP_ALLOW_PRIVATE_NETS: {error}"))
+    })?;
+    let max_response_body_bytes = usize::try_from(args.http_max_response_bytes).unwrap_or(usize::MAX);
+    let http = HttpClient::system(HttpSettings { allow, max_response_body_bytes });
+    Ok(NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http))))
 }
 
 /// How long a graceful stop waits for open connections.
@@ -109,7 +125,8 @@ impl EmbeddedHost {
             ids: Arc::new(UuidRunIds),
             notifier: notifier.clone(),
         };
-        let services = Arc::new(Services::new(ports, limits).with_test_seams(args.test_seams));
+        let nodes = node_registry(args)?;
+        let services = Arc::new(Services::new(ports, limits).with_test_seams(args.test_seams).with_nodes(nodes));
 
         let fixtures = load_definitions(&services, args).await?;
         let (keys, dev_key) = collect_keys(args, &options)?;
@@ -118,7 +135,7 @@ impl EmbeddedHost {
         let state = AppState {
             services: services.clone(),
             keys: Arc::new(KeyRing::new(keys)),
-            discovery: Arc::new(Discovery::new(&limits, &fixtures)),
+            discovery: Arc::new(Discovery::new(&limits, &fixtures, &services.nodes)),
             cursor_key: Arc::new(cursor_key),
             streams: options.streams,
         };
@@ -126,7 +143,11 @@ impl EmbeddedHost {
         let addr = listener.local_addr().map_err(|error| StartError::Bind(args.bind, error))?;
         let (shutdown, stop) = watch::channel(false);
 
-        let worker_options = WorkerOptions { crash: options.crash, ..WorkerOptions::default() };
+        let worker_options = WorkerOptions {
+            crash: options.crash,
+            max_concurrent_activities: args.max_concurrent_activities as usize,
+            ..WorkerOptions::default()
+        };
         let stop_worker = stop.clone();
         let spawn_worker = move || tokio::spawn(run_loop(services, store, notifier, worker_options, stop_worker));
         let (worker, held): (_, Option<HeldWorker>) =

@@ -38,6 +38,10 @@ pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
         max_node_executions: 1000,
         max_run_duration_ms: 86_400_000,
         test_seams: false,
+        max_concurrent_activities: 256,
+        // Tests call local servers only; loopback is the one private destination allowed.
+        http_allow_private_nets: "127.0.0.1/32".to_owned(),
+        http_max_response_bytes: 1_048_576,
     }
 }
 

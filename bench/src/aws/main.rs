@@ -55,6 +55,7 @@ async fn main() {
         completion_queue_url: queues.completion,
         max_receive_count: 5,
         dispatcher_timeout_ms: trellis_aws::settings::DEFAULT_DISPATCHER_TIMEOUT_MS,
+        http: Default::default(),
         limits: HostLimits::default(),
         retention_days: 30,
         test_seams: false,

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use trellis_activities::http::{HttpClient, HttpRequestActivity};
+use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
 use trellis_core::service::{Ports, Services};
 use trellis_http::{ApiKey, AppState, Discovery, KeyRing, StreamSettings};
@@ -42,6 +44,12 @@ pub struct AwsApp {
     pub settings: Settings,
 }
 
+/// The node kinds the AWS functions run: the engine's pure kinds and these activities.
+pub fn node_registry(settings: &Settings) -> NodeRegistry {
+    let http = HttpClient::system(settings.http.clone());
+    NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http)))
+}
+
 impl AwsApp {
     /// Builds the app from settings and an SDK configuration.
     pub fn new(settings: Settings, config: &aws_config::SdkConfig) -> Self {
@@ -64,7 +72,11 @@ impl AwsApp {
             ids: Arc::new(UuidRunIds),
             notifier: Arc::new(PollingNotifier),
         };
-        let services = Arc::new(Services::new(ports, settings.limits).with_test_seams(settings.test_seams));
+        let services = Arc::new(
+            Services::new(ports, settings.limits)
+                .with_test_seams(settings.test_seams)
+                .with_nodes(node_registry(&settings)),
+        );
         Self { services, store, effects, settings }
     }
 
@@ -77,7 +89,7 @@ impl AwsApp {
         Ok(AppState {
             services: self.services.clone(),
             keys: Arc::new(KeyRing::new(keys)),
-            discovery: Arc::new(Discovery::new(&self.settings.limits, &fixtures)),
+            discovery: Arc::new(Discovery::new(&self.settings.limits, &fixtures, &self.services.nodes)),
             cursor_key: Arc::new(ApiKey::hash_of(&api.cursor_secret)),
             streams: StreamSettings {
                 keepalive: Duration::from_secs(15),

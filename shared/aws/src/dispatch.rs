@@ -17,8 +17,8 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use tracing::{info, warn};
 use trellis_core::engine::{Input, Verdict};
 use trellis_core::ports::EffectSink;
-use trellis_core::ServiceError;
 use trellis_core::service::NoHooks;
+use trellis_core::ServiceError;
 use trellis_worker::{process_task, TaskContext, TaskResult};
 
 use crate::batch::{run_grouped, AfterFailure};

@@ -1,5 +1,6 @@
 //! Settings of the serverless functions, from the environment, validated at cold start.
 
+use trellis_activities::http::{AllowList, HttpSettings};
 use trellis_core::limits::HostLimits;
 
 /// The default of `TRELLIS_DISPATCHER_TIMEOUT_MS`: the dispatcher function's timeout in
@@ -51,6 +52,9 @@ pub struct Settings {
     /// `OPENWOP_TEST_SEAM_ENABLED` (`true`/`1`; default off): serve the conformance test seams
     /// to keys with the `test:seams` scope and honour the capability overlay.
     pub test_seams: bool,
+    /// `TRELLIS_HTTP_ALLOW_PRIVATE_NETS` (comma list of IPs or CIDRs, empty by default) and
+    /// `TRELLIS_HTTP_MAX_RESPONSE_BYTES` (default 1 MiB): `core.http.request`'s client.
+    pub http: HttpSettings,
 }
 
 /// The settings only the API function reads.
@@ -79,6 +83,18 @@ fn number<T: std::str::FromStr>(lookup: Lookup<'_>, name: &'static str, default:
             .parse()
             .map_err(|_| SettingsError::Invalid { name, reason: format!("`{text}` is not a whole number") }),
     }
+}
+
+fn http_settings(lookup: Lookup<'_>) -> Result<HttpSettings, SettingsError> {
+    let name = "TRELLIS_HTTP_ALLOW_PRIVATE_NETS";
+    let allow = AllowList::parse(&lookup(name).unwrap_or_default())
+        .map_err(|error| SettingsError::Invalid { name, reason: error.to_string() })?;
+    let max_response_body_bytes = number(lookup, "TRELLIS_HTTP_MAX_RESPONSE_BYTES", 1_048_576usize)?;
+    if max_response_body_bytes == 0 {
+        let reason = "must be at least 1".to_owned();
+        return Err(SettingsError::Invalid { name: "TRELLIS_HTTP_MAX_RESPONSE_BYTES", reason });
+    }
+    Ok(HttpSettings { allow, max_response_body_bytes })
 }
 
 impl Settings {
@@ -130,6 +146,7 @@ impl Settings {
             dispatcher_timeout_ms,
             retention_days: number(lookup, "TRELLIS_RETENTION_DAYS", 30)?,
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
+            http: http_settings(lookup)?,
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
                 max_run_duration_ms,

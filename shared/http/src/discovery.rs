@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use trellis_core::capabilities::{Overlay, Toggle};
 use trellis_core::interrupt::{InterruptKind, APPROVAL_ACTIONS, PROFILES, TOKEN_LIFETIME_MS};
 use trellis_core::limits::HostLimits;
+use trellis_core::nodes::NodeRegistry;
 
 use crate::AppState;
 
@@ -52,8 +53,9 @@ impl Rendered {
 }
 
 impl Discovery {
-    /// Builds the document for `limits` and the runnable, advertised fixture ids.
-    pub fn new(limits: &HostLimits, fixtures: &[String]) -> Self {
+    /// Builds the document for `limits`, the runnable, advertised fixture ids and the node
+    /// kinds of `nodes` (`nodeTypes`, and each activity's capability blocks, e.g. `httpClient`).
+    pub fn new(limits: &HostLimits, fixtures: &[String], nodes: &NodeRegistry) -> Self {
         let mut document = json!({
                         "protocolVersion": "1.0",
             "protocolVersions": crate::v2::PROTOCOL_VERSIONS,
@@ -121,6 +123,12 @@ impl Discovery {
         });
         if !fixtures.is_empty() {
             document["fixtures"] = json!(fixtures);
+        }
+        // The node kinds this host runs (a Trellis extension at the root, derived from the
+        // same registry workflows are compiled against) and what its activities advertise.
+        document["nodeTypes"] = json!(nodes.type_ids());
+        for (block, value) in nodes.capabilities() {
+            document[block] = value;
         }
         let rendered = [Rendered::of(&document), Rendered::of(&Self::v2(&document))];
         Self { document, rendered }

@@ -19,7 +19,7 @@ mod crash;
 mod local;
 mod step;
 
+pub use activity::{GRACE_MS, LEASE_MARGIN_MS};
 pub use crash::CrashPoint;
 pub use local::{run_loop, LocalNotifier, SystemClock, WorkerOptions, DEFAULT_MAX_CONCURRENT_ACTIVITIES};
-pub use activity::{GRACE_MS, LEASE_MARGIN_MS};
 pub use step::{process_task, TaskContext, TaskResult};

@@ -59,11 +59,7 @@ impl CommitHooks for CrashHooks {
 }
 
 /// Processes one task (at least once): decide, commit, send the effects.
-pub async fn process_task(
-    services: &Services,
-    task: &Task,
-    context: &TaskContext,
-) -> Result<TaskResult, ServiceError> {
+pub async fn process_task(services: &Services, task: &Task, context: &TaskContext) -> Result<TaskResult, ServiceError> {
     let (target, input) = match &task.effect {
         Effect::StartChild { node_id, child_run_id, workflow_id, .. } => {
             let started = services.start_child(&task.run_id, node_id, child_run_id, workflow_id).await?;
@@ -97,7 +93,12 @@ pub async fn process_task(
 }
 
 /// What a decision means for the task's delivery.
-async fn settle(services: &Services, task: &Task, target: &str, decision: Decision) -> Result<TaskResult, ServiceError> {
+async fn settle(
+    services: &Services,
+    task: &Task,
+    target: &str,
+    decision: Decision,
+) -> Result<TaskResult, ServiceError> {
     match decision.outcome.verdict {
         Verdict::Applied => {
             debug!(run_id = %task.run_id, task = %task.id, events = decision.outcome.events.len(), "task applied");

@@ -63,6 +63,11 @@ pub async fn stack() -> Stack {
         completion_queue_url: queues.completion.clone(),
         max_receive_count: MAX_RECEIVES,
         dispatcher_timeout_ms: trellis_aws::settings::DEFAULT_DISPATCHER_TIMEOUT_MS,
+        // The HTTP scenarios call a local test server; nothing else is private-allowed.
+        http: trellis_activities::http::HttpSettings {
+            allow: trellis_activities::http::AllowList::parse("127.0.0.1/32").expect("allow list"),
+            ..Default::default()
+        },
         limits: HostLimits::default(),
         retention_days: 30,
         test_seams: true,
@@ -279,6 +284,9 @@ pub async fn embedded_host(hold_worker: bool, workflows: &[Value]) -> (trellis::
         max_node_executions: 1000,
         max_run_duration_ms: 86_400_000,
         test_seams: true,
+        max_concurrent_activities: 256,
+        http_allow_private_nets: "127.0.0.1/32".to_owned(),
+        http_max_response_bytes: 1_048_576,
     };
     let options = trellis::host::HostOptions { api_key: Some(KEY.to_owned()), hold_worker, ..Default::default() };
     let host = trellis::host::EmbeddedHost::start(&args, options).await.expect("embedded host");

@@ -242,7 +242,8 @@ fn parse_retry(value: &Value, path: &str) -> Result<RetryPolicy, PolicyIssue> {
     }
     if let Some(value) = fields.get("nonRetryableErrorCodes") {
         let field = format!("{path}/nonRetryableErrorCodes");
-        let codes = value.as_array().filter(|codes| codes.iter().all(|code| code.as_str().is_some_and(|c| !c.is_empty())));
+        let codes =
+            value.as_array().filter(|codes| codes.iter().all(|code| code.as_str().is_some_and(|c| !c.is_empty())));
         let codes = codes.ok_or_else(|| issue(&field, format!("{field} must be an array of error codes (strings)")))?;
         policy.non_retryable_error_codes = codes.iter().filter_map(Value::as_str).map(str::to_owned).collect();
     }

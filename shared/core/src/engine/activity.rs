@@ -89,7 +89,11 @@ impl Transition<'_> {
     }
 
     fn emit_started(&mut self, node_id: &str, type_id: &str, attempt: u32) {
-        self.emit(types::NODE_STARTED, Some(node_id), json!({ "nodeId": node_id, "typeId": type_id, "attempt": attempt }));
+        self.emit(
+            types::NODE_STARTED,
+            Some(node_id),
+            json!({ "nodeId": node_id, "typeId": type_id, "attempt": attempt }),
+        );
     }
 
     fn is_current(&self, node_id: &str, activation: u32, attempt: u32, status: NodeStatus) -> bool {
@@ -202,7 +206,11 @@ impl Transition<'_> {
                 self.emit(ACTIVITY_HEARTBEAT, Some(node_id), payload);
             }
             Progress::Chunk { data } => {
-                self.emit(types::OUTPUT_CHUNK, Some(node_id), json!({ "nodeId": node_id, "attempt": attempt, "chunk": data }));
+                self.emit(
+                    types::OUTPUT_CHUNK,
+                    Some(node_id),
+                    json!({ "nodeId": node_id, "attempt": attempt, "chunk": data }),
+                );
             }
         }
         Verdict::Applied

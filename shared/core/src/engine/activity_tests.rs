@@ -57,7 +57,9 @@ fn run(
     log
 }
 
-fn answers(pairs: Vec<(&'static str, Vec<ActivityResult>)>) -> std::collections::HashMap<&'static str, Vec<ActivityResult>> {
+fn answers(
+    pairs: Vec<(&'static str, Vec<ActivityResult>)>,
+) -> std::collections::HashMap<&'static str, Vec<ActivityResult>> {
     pairs.into_iter().collect()
 }
 
@@ -73,7 +75,10 @@ fn an_activity_starts_with_attempt_zero_and_an_execute_effect_then_completes_int
     let outcome = apply(&wf, &mut state, Input::Step { node_id: "call".into(), activation: 1 }, 1_000);
     assert_eq!(outcome.events[0].event_type, "node.started");
     assert_eq!(outcome.events[0].payload["attempt"], 0, "node.started.attempt is zero-based");
-    assert_eq!(outcome.effects, vec![Effect::Execute { node_id: "call".into(), activation: 1, attempt: 0, due_at: 1_000 }]);
+    assert_eq!(
+        outcome.effects,
+        vec![Effect::Execute { node_id: "call".into(), activation: 1, attempt: 0, due_at: 1_000 }]
+    );
     assert_eq!(state.nodes["call"].status, NodeStatus::Executing);
     let result = success(json!({"status": 200}));
     let finished = Input::ActivityFinished { node_id: "call".into(), activation: 1, attempt: 0, result };
@@ -90,18 +95,33 @@ fn a_retryable_failure_retries_with_backoff_and_attempt_numbering_of_section_4_2
     let retry = json!({"retry": {"maxAttempts": 3, "initialIntervalMs": 100, "jitter": "none"}});
     let wf = compile(json!([call_node("call", retry)]), json!([]), json!({})).unwrap();
     let mut state = pending(&wf, json!({}));
-    let mut script = answers(vec![("call", vec![transient("http_timeout"), transient("http_timeout"), success(json!({"ok": true}))])]);
+    let mut script = answers(vec![(
+        "call",
+        vec![transient("http_timeout"), transient("http_timeout"), success(json!({"ok": true}))],
+    )]);
     let log = run(&wf, &mut state, &mut script);
     assert_eq!(
         named(&log),
         [
-            "run.started", "node.started:call", "node.retried:call", "node.started:call", "node.retried:call",
-            "node.started:call", "node.completed:call", "run.completed"
+            "run.started",
+            "node.started:call",
+            "node.retried:call",
+            "node.started:call",
+            "node.retried:call",
+            "node.started:call",
+            "node.completed:call",
+            "run.completed"
         ]
     );
-    let attempts: Vec<(String, Value)> =
-        log.iter().filter(|e| e.event_type.starts_with("node.")).map(|e| (e.event_type.clone(), e.payload["attempt"].clone())).collect();
-    assert_eq!(attempts[..5].iter().map(|(_, a)| a.clone()).collect::<Vec<_>>(), vec![json!(0), json!(1), json!(1), json!(2), json!(2)]);
+    let attempts: Vec<(String, Value)> = log
+        .iter()
+        .filter(|e| e.event_type.starts_with("node."))
+        .map(|e| (e.event_type.clone(), e.payload["attempt"].clone()))
+        .collect();
+    assert_eq!(
+        attempts[..5].iter().map(|(_, a)| a.clone()).collect::<Vec<_>>(),
+        vec![json!(0), json!(1), json!(1), json!(2), json!(2)]
+    );
     let retried: Vec<&RunEvent> = log.iter().filter(|e| e.event_type == "node.retried").collect();
     assert_eq!(retried[0].payload["delayMs"], 100);
     assert_eq!(retried[1].payload["delayMs"], 200, "the delay doubles");
@@ -140,7 +160,11 @@ fn without_an_explicit_policy_only_idempotent_calls_retry_under_max_retries() {
     let plain = compile(json!([call_node("call", json!({}))]), json!([]), json!({"maxRetries": 2})).unwrap();
     let mut state = pending(&plain, json!({}));
     let log = run(&plain, &mut state, &mut answers(vec![("call", vec![transient("http_timeout")])]));
-    assert_eq!(log.iter().filter(|e| e.event_type == "node.started").count(), 1, "a non-idempotent call is not retried");
+    assert_eq!(
+        log.iter().filter(|e| e.event_type == "node.started").count(),
+        1,
+        "a non-idempotent call is not retried"
+    );
     let marked =
         compile(json!([call_node("call", json!({"idempotent": true}))]), json!([]), json!({"maxRetries": 2})).unwrap();
     let mut state = pending(&marked, json!({}));
@@ -154,7 +178,11 @@ fn without_an_explicit_policy_only_idempotent_calls_retry_under_max_retries() {
     .unwrap();
     let mut state = pending(&by_kind, json!({}));
     let log = run(&by_kind, &mut state, &mut answers(vec![("call", vec![transient("http_timeout")])]));
-    assert_eq!(log.iter().filter(|e| e.event_type == "node.started").count(), 2, "the kind says the call is idempotent");
+    assert_eq!(
+        log.iter().filter(|e| e.event_type == "node.started").count(),
+        2,
+        "the kind says the call is idempotent"
+    );
 }
 
 #[test]
@@ -164,12 +192,18 @@ fn a_result_for_a_superseded_attempt_is_ignored() {
     let mut state = pending(&wf, json!({}));
     apply(&wf, &mut state, Input::Start, 1_000);
     apply(&wf, &mut state, Input::Step { node_id: "call".into(), activation: 1 }, 1_000);
-    let first = Input::ActivityFinished { node_id: "call".into(), activation: 1, attempt: 0, result: transient("http_timeout") };
+    let first = Input::ActivityFinished {
+        node_id: "call".into(),
+        activation: 1,
+        attempt: 0,
+        result: transient("http_timeout"),
+    };
     assert_eq!(apply(&wf, &mut state, first.clone(), 1_010).verdict, Verdict::Applied);
     assert_eq!(state.nodes["call"].status, NodeStatus::Retrying);
     // The same attempt's result again (a redelivered Execute task) and a stale success.
     assert_eq!(apply(&wf, &mut state, first, 1_020).verdict, Verdict::Ignored("result of a superseded attempt"));
-    let stale = Input::ActivityFinished { node_id: "call".into(), activation: 1, attempt: 0, result: success(json!({})) };
+    let stale =
+        Input::ActivityFinished { node_id: "call".into(), activation: 1, attempt: 0, result: success(json!({})) };
     assert_eq!(apply(&wf, &mut state, stale, 1_030).verdict, Verdict::Ignored("result of a superseded attempt"));
     // The retry timer is not due yet; then it is.
     let due = state.nodes["call"].wake_at.unwrap();
@@ -178,7 +212,10 @@ fn a_result_for_a_superseded_attempt_is_ignored() {
         assert_eq!(apply(&wf, &mut state, retry.clone(), 1_010).verdict, Verdict::Later);
     }
     let outcome = apply(&wf, &mut state, retry.clone(), due);
-    assert_eq!(outcome.effects, vec![Effect::Execute { node_id: "call".into(), activation: 1, attempt: 1, due_at: due }]);
+    assert_eq!(
+        outcome.effects,
+        vec![Effect::Execute { node_id: "call".into(), activation: 1, attempt: 1, due_at: due }]
+    );
     assert_eq!(apply(&wf, &mut state, retry, due).verdict, Verdict::Stale, "a second firing finds it executing");
     assert_eq!(
         outstanding_effects(&state)[0],
@@ -227,7 +264,15 @@ fn a_failure_route_takes_over_and_the_run_completes() {
     let log = run(&wf, &mut state, &mut answers(vec![("call", vec![permanent("http_unexpected_status")])]));
     assert_eq!(
         named(&log),
-        ["run.started", "node.started:call", "node.failed:call", "node.skipped:ok", "node.started:handler", "node.completed:handler", "run.completed"]
+        [
+            "run.started",
+            "node.started:call",
+            "node.failed:call",
+            "node.skipped:ok",
+            "node.started:handler",
+            "node.completed:handler",
+            "run.completed"
+        ]
     );
     assert_eq!(
         state.variables["call"]["error"],
@@ -243,18 +288,17 @@ fn a_failure_route_takes_over_and_the_run_completes() {
 #[test]
 fn trigger_rules_decide_joins_after_failures() {
     // a fails (routed), b succeeds; j joins both under each rule.
-    let cases = [
-        ("all_complete", true),
-        ("none_failed", false),
-        ("any_success", true),
-    ];
+    let cases = [("all_complete", true), ("none_failed", false), ("any_success", true)];
     for (rule, runs) in cases {
         let nodes = json!([
             {"id": "s", "typeId": "core.noop"}, call_node("a", json!({})), {"id": "b", "typeId": "core.noop"},
             {"id": "j", "typeId": "core.noop"}, {"id": "h", "typeId": "core.noop"}
         ]);
         let edges = json!([
-            edge("s", "a", None), edge("s", "b", None), edge("a", "j", Some(rule)), edge("b", "j", Some(rule)),
+            edge("s", "a", None),
+            edge("s", "b", None),
+            edge("a", "j", Some(rule)),
+            edge("b", "j", Some(rule)),
             edge("a", "h", Some("any_failed"))
         ]);
         let wf = compile(nodes, edges, json!({})).unwrap();
@@ -278,7 +322,11 @@ fn an_unrouted_failure_still_fails_the_run_and_all_success_skips_after_a_routed_
 #[test]
 fn registration_checks_trigger_rules_and_settings() {
     let nodes = json!([{"id": "a", "typeId": "core.noop"}, {"id": "b", "typeId": "core.noop"}, {"id": "c", "typeId": "core.noop"}]);
-    let mixed = compile(nodes, json!([edge("a", "c", Some("any_failed")), edge("b", "c", None), edge("a", "b", None)]), json!({}));
+    let mixed = compile(
+        nodes,
+        json!([edge("a", "c", Some("any_failed")), edge("b", "c", None), edge("a", "b", None)]),
+        json!({}),
+    );
     match mixed {
         Err(DefinitionError::Invalid { path, rule, message }) => {
             assert_eq!((path.as_str(), rule), ("/edges/1/triggerRule", "triggerRule"));
@@ -296,7 +344,11 @@ fn registration_checks_trigger_rules_and_settings() {
     let long = compile(json!([call_node("a", json!({"timeouts": {"attemptMs": 70_000}}))]), json!([]), json!({}));
     let Err(DefinitionError::Invalid { path, rule, .. }) = long else { panic!("attemptMs past the bound") };
     assert_eq!((path.as_str(), rule), ("/nodes/0/settings/timeouts/attemptMs", "attempt_timeout"));
-    let config = compile(json!([{"id": "a", "typeId": SCRIPTED_TYPE_ID, "config": {"timeoutMs": 90_000}}]), json!([]), json!({}));
+    let config = compile(
+        json!([{"id": "a", "typeId": SCRIPTED_TYPE_ID, "config": {"timeoutMs": 90_000}}]),
+        json!([]),
+        json!({}),
+    );
     let Err(DefinitionError::Invalid { path, .. }) = config else { panic!("config.timeoutMs past the bound") };
     assert_eq!(path, "/nodes/0/config/timeoutMs");
     let unknown = Workflow::compile(json!({"id": "w", "name": "w", "nodes": [call_node("a", json!({}))]})).unwrap();
@@ -311,13 +363,16 @@ fn cancel_while_executing_cancels_now_and_the_late_result_is_ignored() {
     apply(&wf, &mut state, Input::Step { node_id: "call".into(), activation: 1 }, 1_000);
     let outcome = apply(&wf, &mut state, Input::Cancel { reason: None }, 1_010);
     assert_eq!(named(&outcome.events), ["node.cancelled:call", "run.cancelled"]);
-    let late = Input::ActivityFinished { node_id: "call".into(), activation: 1, attempt: 0, result: success(json!({})) };
+    let late =
+        Input::ActivityFinished { node_id: "call".into(), activation: 1, attempt: 0, result: success(json!({})) };
     assert_eq!(apply(&wf, &mut state, late, 1_020).verdict, Verdict::Ignored("run is terminal"));
 }
 
 #[test]
 fn a_request_that_cannot_be_prepared_fails_the_node_without_an_attempt() {
-    let wf = compile(json!([{"id": "a", "typeId": SCRIPTED_TYPE_ID, "config": {"refuse": true}}]), json!([]), json!({})).unwrap();
+    let wf =
+        compile(json!([{"id": "a", "typeId": SCRIPTED_TYPE_ID, "config": {"refuse": true}}]), json!([]), json!({}))
+            .unwrap();
     let mut state = pending(&wf, json!({}));
     let log = run(&wf, &mut state, &mut answers(vec![]));
     assert_eq!(named(&log), ["run.started", "node.started:a", "node.failed:a", "run.failed"]);

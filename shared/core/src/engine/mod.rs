@@ -20,11 +20,11 @@ use crate::interrupt::{Refusal, Resolution};
 use crate::run::{DrainPolicy, NodeStatus, RunState, RunStatus};
 use crate::timefmt::Millis;
 
+pub use activity::{activity_call, ACTIVITY_HEARTBEAT};
 pub use orchestration::{
     child_inputs, ASK_USER_QUESTION, ASK_USER_VARIABLE, CONFIDENCE_ESCALATED, CONFIDENCE_FLOOR,
     DEFAULT_ESCALATION_THRESHOLD, DISPATCH_TYPE_ID, MAX_FAN_OUT,
 };
-pub use activity::{activity_call, ACTIVITY_HEARTBEAT};
 pub use progress::PARENT_CANCELLED;
 pub use transitions::apply;
 
@@ -276,7 +276,9 @@ impl Effect {
             Self::Execute { node_id, activation, attempt, .. } => {
                 format!("{run_id}/execute/{node_id}/{activation}/{attempt}")
             }
-            Self::Retry { node_id, activation, attempt, .. } => format!("{run_id}/retry/{node_id}/{activation}/{attempt}"),
+            Self::Retry { node_id, activation, attempt, .. } => {
+                format!("{run_id}/retry/{node_id}/{activation}/{attempt}")
+            }
             Self::Deadline { .. } => format!("{run_id}/deadline"),
             Self::StartChild { node_id, activation, .. } => format!("{run_id}/start-child/{node_id}/{activation}"),
             Self::CancelChild { child_run_id, .. } => format!("{run_id}/cancel-child/{child_run_id}"),

@@ -10,8 +10,8 @@ use super::{Effect, Outcome, Verdict, ENGINE_VERSION};
 use crate::event::{types, RunEvent};
 use crate::interrupt::InterruptState;
 use crate::model::condition;
-use crate::model::graph::TriggerRule;
 use crate::model::definition::{PortRef, PortValue};
+use crate::model::graph::TriggerRule;
 use crate::model::Workflow;
 use crate::nodes::subworkflow::SubWorkflowConfig;
 use crate::nodes::{self, NodeContext, NodeOutcome};
@@ -533,7 +533,11 @@ impl<'a> Transition<'a> {
         node.status = NodeStatus::Failed;
         node.wake_at = None;
         node.activity = None;
-        self.emit(types::NODE_FAILED, Some(node_id), json!({ "nodeId": node_id, "error": error, "attempts": attempts }));
+        self.emit(
+            types::NODE_FAILED,
+            Some(node_id),
+            json!({ "nodeId": node_id, "error": error, "attempts": attempts }),
+        );
         let Some(index) = self.workflow.graph.index_of(node_id).filter(|&i| self.workflow.graph.failure_handled(i))
         else {
             return self.fail_run(error, Some(node_id), "run-failed");

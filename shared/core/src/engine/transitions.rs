@@ -125,9 +125,10 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
             Running | Paused | WaitingApproval | WaitingInput | WaitingExternal,
             Input::ActivityProgress { node_id, activation, attempt, progress },
         ) => tx.activity_progress(&node_id, activation, attempt, progress),
-        (Running | WaitingApproval | WaitingInput | WaitingExternal, Input::RetryDue { node_id, activation, attempt }) => {
-            tx.retry_due(&node_id, activation, attempt)
-        }
+        (
+            Running | WaitingApproval | WaitingInput | WaitingExternal,
+            Input::RetryDue { node_id, activation, attempt },
+        ) => tx.retry_due(&node_id, activation, attempt),
         (Paused, Input::RetryDue { node_id, activation, attempt }) => {
             if tx.drains_current_node() {
                 tx.retry_due(&node_id, activation, attempt)

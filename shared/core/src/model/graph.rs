@@ -182,6 +182,43 @@ impl Graph {
     }
 }
 
+/// Each node's trigger rule; incoming edges that disagree are refused.
+fn trigger_rules(
+    definition: &WorkflowDefinition,
+    incoming: &[Vec<usize>],
+) -> Result<Vec<TriggerRule>, DefinitionError> {
+    let mut rules = Vec::with_capacity(incoming.len());
+    for (node, edges) in incoming.iter().enumerate() {
+        let mut rule: Option<(usize, TriggerRule)> = None;
+        for &edge in edges {
+            let named = definition.edges[edge].trigger_rule.as_deref().unwrap_or("all_success");
+            let path = format!("/edges/{edge}/triggerRule");
+            let parsed = TriggerRule::parse(named).ok_or_else(|| DefinitionError::Invalid {
+                path: path.clone(),
+                rule: "triggerRule",
+                message: format!("unknown triggerRule `{named}`"),
+            })?;
+            match rule {
+                Some((first, seen)) if seen != parsed => {
+                    return Err(DefinitionError::Invalid {
+                        path,
+                        rule: "triggerRule",
+                        message: format!(
+                            "edges into node `{}` name different trigger rules (edge `{}` and edge `{}`); \
+                             the rule belongs to the target, so its incoming edges must agree",
+                            definition.nodes[node].id, definition.edges[first].id, definition.edges[edge].id
+                        ),
+                    })
+                }
+                Some(_) => {}
+                None => rule = Some((edge, parsed)),
+            }
+        }
+        rules.push(rule.map(|(_, rule)| rule).unwrap_or_default());
+    }
+    Ok(rules)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -240,38 +277,4 @@ mod tests {
         let error = Graph::build(&definition(&[("a", "core.noop"), ("a", "core.noop")], &[])).unwrap_err();
         assert_eq!(error, DefinitionError::DuplicateNode { node_id: "a".into() });
     }
-}
-
-/// Each node's trigger rule; incoming edges that disagree are refused.
-fn trigger_rules(definition: &WorkflowDefinition, incoming: &[Vec<usize>]) -> Result<Vec<TriggerRule>, DefinitionError> {
-    let mut rules = Vec::with_capacity(incoming.len());
-    for (node, edges) in incoming.iter().enumerate() {
-        let mut rule: Option<(usize, TriggerRule)> = None;
-        for &edge in edges {
-            let named = definition.edges[edge].trigger_rule.as_deref().unwrap_or("all_success");
-            let path = format!("/edges/{edge}/triggerRule");
-            let parsed = TriggerRule::parse(named).ok_or_else(|| DefinitionError::Invalid {
-                path: path.clone(),
-                rule: "triggerRule",
-                message: format!("unknown triggerRule `{named}`"),
-            })?;
-            match rule {
-                Some((first, seen)) if seen != parsed => {
-                    return Err(DefinitionError::Invalid {
-                        path,
-                        rule: "triggerRule",
-                        message: format!(
-                            "edges into node `{}` name different trigger rules (edge `{}` and edge `{}`); \
-                             the rule belongs to the target, so its incoming edges must agree",
-                            definition.nodes[node].id, definition.edges[first].id, definition.edges[edge].id
-                        ),
-                    })
-                }
-                Some(_) => {}
-                None => rule = Some((edge, parsed)),
-            }
-        }
-        rules.push(rule.map(|(_, rule)| rule).unwrap_or_default());
-    }
-    Ok(rules)
 }

@@ -105,7 +105,12 @@ pub(crate) fn pure_type_ids() -> Vec<&'static str> {
 }
 
 /// A node's config check: its pure kind's, or its activity's.
-fn check_config(registry: &NodeRegistry, node_id: &str, type_id: &str, config: &Map<String, Value>) -> Option<Result<(), ConfigIssue>> {
+fn check_config(
+    registry: &NodeRegistry,
+    node_id: &str,
+    type_id: &str,
+    config: &Map<String, Value>,
+) -> Option<Result<(), ConfigIssue>> {
     match kind(type_id) {
         Some(kind) => Some(kind.check(node_id, config)),
         None => registry.activity(type_id).map(|activity| activity.check(node_id, config)),

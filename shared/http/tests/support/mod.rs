@@ -161,7 +161,7 @@ impl Setup {
         let state = AppState {
             services: services.clone(),
             keys: Arc::new(keys()),
-            discovery: Arc::new(Discovery::new(&HostLimits::default(), &extensions)),
+            discovery: Arc::new(Discovery::new(&HostLimits::default(), &extensions, &services.nodes)),
             cursor_key: Arc::new([7; 32]),
             streams: self.streams,
         };
