@@ -236,7 +236,7 @@ impl<'a> Transition<'a> {
             return Verdict::Stale;
         }
         self.note_child(child_run_id, status);
-        if self.workflow.node(node_id).is_some_and(|node| node.type_id == super::orchestration::DISPATCH_TYPE_ID) {
+        if self.is_dispatch(node_id) {
             return self.dispatch_child_finished(node_id, child_run_id, status, variables, error);
         }
         let Some(config) = self.workflow.node(node_id).and_then(|node| SubWorkflowConfig::parse(&node.config).ok())
