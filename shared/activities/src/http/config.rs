@@ -108,10 +108,15 @@ pub fn parse(config: &Map<String, Value>) -> Result<HttpConfig, String> {
         _ => return Err("config.url is required and must be a non-empty string".to_owned()),
     };
     template::check_string(&url).map_err(|error| template_problem("url", error))?;
+    // A URL that is one placeholder takes the whole value (checked once rendered); one with
+    // placeholders inside must name its scheme literally (its values are percent-encoded).
     if !template::has_placeholders(&url) {
         check_static_url(&url)?;
-    } else if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err("config.url must start with http:// or https://".to_owned());
+    } else if !template::is_single_placeholder(&url) && !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(
+            "config.url must start with http:// or https:// (or be a single placeholder such as {{inputs.url}})"
+                .to_owned(),
+        );
     }
 
     let method = match config.get("method") {

@@ -106,8 +106,18 @@ impl Activity for HttpRequestActivity {
         let parsed = config::parse(context.config).map_err(|message| RunError::new("validation_error", message))?;
         let scope = Scope::new(&context.inputs, context.variables);
 
-        let url = template::render_string(&parsed.url, &scope, Encoding::UrlComponent)
-            .map_err(|error| error.prefixed("/config/url").to_run_error())?;
+        // A lone placeholder is the whole URL (a run input, say); values inside a literal URL
+        // are percent-encoded, so they cannot add segments or parameters.
+        let url = if template::is_single_placeholder(&parsed.url) {
+            match template::render_value(&Value::String(parsed.url.clone()), &scope) {
+                Ok(Value::String(url)) => url,
+                Ok(_) => return Err(validation("config.url renders to a value that is not a string", "/config/url")),
+                Err(error) => return Err(error.prefixed("/config/url").to_run_error()),
+            }
+        } else {
+            template::render_string(&parsed.url, &scope, Encoding::UrlComponent)
+                .map_err(|error| error.prefixed("/config/url").to_run_error())?
+        };
         config::check_static_url(&url).map_err(|message| validation(format!("rendered {message}"), "/config/url"))?;
 
         let mut headers = Map::new();

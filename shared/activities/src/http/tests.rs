@@ -140,6 +140,19 @@ fn prepare_renders_url_headers_and_a_typed_body() {
 }
 
 #[test]
+fn a_url_that_is_one_placeholder_takes_the_whole_value_and_is_checked_once_rendered() {
+    let request = prepare(json!({"url": "{{inputs.url}}"}), json!({"url": "https://api.test/a b?x=1"}), json!({}));
+    assert_eq!(request.unwrap()["url"], "https://api.test/a b?x=1", "a whole URL is not percent-encoded");
+    let refused = prepare(json!({"url": "{{inputs.url}}"}), json!({"url": "file:///etc/passwd"}), json!({}));
+    assert_eq!(refused.unwrap_err().code, "validation_error");
+    let typed = prepare(json!({"url": "{{inputs.url}}"}), json!({"url": 7}), json!({}));
+    assert_eq!(typed.unwrap_err().details, Some(json!({"path": "/config/url"})));
+    assert!(config::parse(json!({"url": "{{inputs.url}}"}).as_object().unwrap()).is_ok());
+    let embedded = config::parse(json!({"url": "{{inputs.host}}/path"}).as_object().unwrap());
+    assert!(embedded.unwrap_err().contains("single placeholder"), "an embedded placeholder needs a literal scheme");
+}
+
+#[test]
 fn prepare_fails_with_the_path_of_an_unresolved_name() {
     for (config, path, name) in [
         (json!({"url": "https://api.test/{{inputs.missing}}"}), "/config/url", "inputs.missing"),

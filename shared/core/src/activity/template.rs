@@ -261,6 +261,12 @@ pub fn check_value(value: &Value) -> Result<(), TemplateError> {
     }
 }
 
+/// Whether `template` is exactly one placeholder (then [`render_value`] keeps the value's
+/// JSON type, and a URL field takes the value as the whole URL).
+pub fn is_single_placeholder(template: &str) -> bool {
+    matches!(parse(template).as_deref(), Ok([Piece::Placeholder(_)]))
+}
+
 /// Whether `template` holds a placeholder at all.
 pub fn has_placeholders(template: &str) -> bool {
     template.contains("{{")
