@@ -1,8 +1,8 @@
 //! Crash recovery of the real binary. A child `trellis serve` is aborted at each named
 //! crash point of the worker (before commit, after commit before effects, after effects
-//! before acknowledgement) or killed with SIGKILL mid-delay and after accepting runs; a
-//! restart on the same data directory must complete every run with contiguous sequences and
-//! no duplicate event.
+//! before acknowledgement, after an activity returned before its outcome is committed) or
+//! killed with SIGKILL mid-delay and after accepting runs; a restart on the same data
+//! directory must complete every run with contiguous sequences and no duplicate event.
 
 mod common;
 
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::{assert_log_well_formed, types, Client};
 use serde_json::{json, Value};
 use trellis_testkit::host::{ServeProcess, DELAY_EVENTS, MULTI_NODE_EVENTS};
+use trellis_testkit::http_server::{Reply, TestServer};
 
 const KEY: &str = "crash-key";
 const SPEC_DEADLINE: Duration = Duration::from_secs(5);
@@ -125,4 +126,51 @@ async fn kill_after_accepting_runs_loses_none() {
         assert_eq!(events.len(), 8, "{run_id}: {:?}", types(&events));
     }
     kill(second).await;
+}
+
+/// The host dies after a `core.http.request` attempt returned and before its outcome was
+/// committed: after the restart the attempt's lease runs out (its budget + grace + margin,
+/// about 7 s with `timeoutMs: 1000`), it runs again with the same `Idempotency-Key` and
+/// attempt number, and the run completes with one `node.started` / `node.completed`.
+#[tokio::test]
+async fn crash_after_an_activity_returned_reruns_it_with_the_same_key() {
+    let server = TestServer::start().await;
+    server.route("/charge", vec![Reply::json(200, &json!({"charged": true}))]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut crashing = spawn(dir.path(), Some("after-activity")).await;
+    let workflow = json!({"id": "crash-http", "name": "crash-http",
+        "variables": [{"name": "port", "type": "number", "required": true}],
+        "nodes": [{"id": "charge", "typeId": "core.http.request",
+                   "config": {"url": "http://127.0.0.1:{{variables.port}}/charge", "method": "POST",
+                              "body": {"amount": 5}, "timeoutMs": 1000}}],
+        "edges": []});
+    let client = Client::new(&crashing.base, KEY);
+    let (status, body) = client.request("POST", "/v1/workflows", Some(workflow)).await;
+    assert_eq!(status, 201, "{body}");
+    let body = json!({"workflowId": "crash-http", "inputs": {"port": server.port()}});
+    let answered = create_keyed(&crashing.base, "crash-http-run", &body).await;
+    wait_exit(&mut crashing, SPEC_DEADLINE).await;
+    assert_eq!(server.requests_to("/charge").len(), 1, "the first host called once, then died");
+
+    let recovered = spawn(dir.path(), None).await;
+    let replayed = create_keyed(&recovered.base, "crash-http-run", &body).await.expect("the accepted run survived");
+    if let Some(answered) = answered {
+        assert_eq!(answered, replayed);
+    }
+    let client = Client::new(&recovered.base, KEY);
+    // The redelivery waits for the attempt's lease (about 7 s); the bound is generous.
+    let snapshot = client.wait_terminal(&replayed, Duration::from_secs(30)).await;
+    assert_eq!(snapshot["status"], "completed", "{snapshot}");
+    assert_eq!(snapshot["variables"]["charge"]["body"], json!({"charged": true}), "{snapshot}");
+    let events = client.events(&replayed).await;
+    assert_log_well_formed(&events);
+    assert_eq!(types(&events), DELAY_EVENTS, "one node.started and one node.completed");
+
+    let seen = server.requests_to("/charge");
+    assert_eq!(seen.len(), 2, "the attempt ran again after the crash: {seen:?}");
+    let keys: Vec<_> = seen.iter().map(|request| request.header("idempotency-key")).collect();
+    assert!(keys[0].is_some() && keys[0] == keys[1], "the same Idempotency-Key both times: {keys:?}");
+    let attempts: Vec<_> = seen.iter().map(|request| request.header("trellis-attempt")).collect();
+    assert_eq!(attempts, [Some("0"), Some("0")], "the same attempt, executed twice");
+    kill(recovered).await;
 }

@@ -1,7 +1,9 @@
 //! A `trellis serve` child process on a data directory, for the tests and the campaign that
 //! kill it: started on a loopback port with one bearer key, its address read from the first
-//! line it prints, its stdout drained so it never blocks, killed if dropped. Also the event
-//! types the conformance workflows those tests run must log.
+//! line it prints, its stdout drained so it never blocks, killed if dropped. The child may
+//! call loopback servers from `core.http.request` nodes (its private-network allow-list is
+//! [`LOOPBACK_ALLOW_LIST`], so a test's local server is reachable and nothing else private).
+//! Also the event types the conformance workflows those tests run must log.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -24,6 +26,10 @@ pub const MULTI_NODE_EVENTS: &[&str] = &[
 /// The event types a completed run of `conformance-delay` logs.
 pub const DELAY_EVENTS: &[&str] = &["run.started", "node.started", "node.completed", "run.completed"];
 
+/// The `TRELLIS_HTTP_ALLOW_PRIVATE_NETS` every spawned host gets: `127.0.0.1` alone, where
+/// test servers listen.
+pub const LOOPBACK_ALLOW_LIST: &str = "127.0.0.1/32";
+
 /// One started host process.
 #[derive(Debug)]
 pub struct ServeProcess {
@@ -34,7 +40,8 @@ pub struct ServeProcess {
 }
 
 /// Starts `trellis serve` (the binary at `trellis`) on `data_dir` with the API key `key`,
-/// without fixtures, and with the worker crash point `crash_at` armed if given.
+/// without fixtures, with loopback allowed for outbound HTTP ([`LOOPBACK_ALLOW_LIST`]), and
+/// with the worker crash point `crash_at` armed if given.
 pub async fn spawn(trellis: &Path, data_dir: &Path, key: &str, crash_at: Option<&str>) -> ServeProcess {
     let mut command = Command::new(trellis);
     command
@@ -42,6 +49,7 @@ pub async fn spawn(trellis: &Path, data_dir: &Path, key: &str, crash_at: Option<
         .arg(data_dir)
         .env("TRELLIS_API_KEY", key)
         .env("RUST_LOG", "warn")
+        .env("TRELLIS_HTTP_ALLOW_PRIVATE_NETS", LOOPBACK_ALLOW_LIST)
         .env_remove("OPENWOP_FIXTURES_DIR")
         .env_remove("TRELLIS_TEST_CRASH_AT")
         .stdin(Stdio::null())
