@@ -112,7 +112,7 @@ pub fn parse(config: &Map<String, Value>) -> Result<HttpConfig, String> {
     // placeholders inside must name its scheme literally (its values are percent-encoded).
     if !template::has_placeholders(&url) {
         check_static_url(&url)?;
-    } else if !template::is_single_placeholder(&url) && !(url.starts_with("http://") || url.starts_with("https://")) {
+    } else if !template::is_single_placeholder(&url) && !url.starts_with("http://") && !url.starts_with("https://") {
         return Err(
             "config.url must start with http:// or https:// (or be a single placeholder such as {{inputs.url}})"
                 .to_owned(),
