@@ -91,6 +91,18 @@ impl Stack {
 
     /// Sends an API Gateway REST proxy event, with or without the bearer key.
     pub async fn request(&self, method: &str, path: &str, body: Option<Value>, bearer: bool) -> (u16, Value) {
+        self.request_accepting(method, path, body, bearer, None).await
+    }
+
+    /// [`Stack::request`] with an `Accept` header (the events route answers JSON to one).
+    pub async fn request_accepting(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        bearer: bool,
+        accept: Option<&str>,
+    ) -> (u16, Value) {
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         let query: HashMap<&str, &str> = query.split('&').filter_map(|pair| pair.split_once('=')).collect();
         let event = json!({
@@ -115,6 +127,10 @@ impl Stack {
             "body": body.map(|b| b.to_string()),
             "isBase64Encoded": false
         });
+        let mut event = event;
+        if let Some(accept) = accept {
+            event["headers"]["Accept"] = json!(accept);
+        }
         let request = lambda_http::request::from_str(&event.to_string()).expect("API Gateway event parses");
         let (parts, body) = request.into_parts();
         let request = axum::http::Request::from_parts(parts, Body::from(body.to_vec()));
@@ -139,6 +155,14 @@ impl Stack {
             .as_array()
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The whole log as the `debug` stream mode serves it (JSON list), `node.retried` included.
+    pub async fn debug_events(&self, run_id: &str) -> Vec<Value> {
+        let path = format!("/v1/runs/{run_id}/events?streamMode=debug");
+        let (status, page) = self.request_accepting("GET", &path, None, true, Some("application/json")).await;
+        assert_eq!(status, 200, "{page}");
+        page["events"].as_array().cloned().unwrap_or_default()
     }
 
     pub async fn receive(&self, queue_url: &str) -> Option<aws_sdk_sqs::types::Message> {
@@ -269,6 +293,13 @@ impl EmbeddedClient {
             .as_array()
             .cloned()
             .unwrap_or_default()
+    }
+    /// The whole log as the `debug` stream mode serves it (JSON list), `node.retried` included.
+    pub async fn debug_events(&self, run_id: &str) -> Vec<Value> {
+        let url = format!("{}/v1/runs/{run_id}/events?streamMode=debug", self.base);
+        let request = self.http.get(url).bearer_auth(KEY).header(reqwest::header::ACCEPT, "application/json");
+        let page: Value = request.send().await.expect("request").json().await.expect("a JSON page");
+        page["events"].as_array().cloned().unwrap_or_default()
     }
 }
 
