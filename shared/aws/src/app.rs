@@ -10,7 +10,7 @@ use trellis_core::ports::IdGenerator;
 use trellis_core::service::{Ports, Services};
 use trellis_http::{ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_dynamodb::DynamoStore;
-use trellis_worker::SystemClock;
+use trellis_worker::{SystemClock, TaskContext};
 
 use crate::effects::SqsEffects;
 use crate::notifier::PollingNotifier;
@@ -42,6 +42,8 @@ pub struct AwsApp {
     pub effects: Arc<SqsEffects>,
     /// The settings.
     pub settings: Settings,
+    /// What a step's processing may use beyond the services (test hooks; default none).
+    pub task_context: TaskContext,
 }
 
 /// The node kinds the AWS functions run: the engine's pure kinds and these activities.
@@ -77,7 +79,7 @@ impl AwsApp {
                 .with_test_seams(settings.test_seams)
                 .with_nodes(node_registry(&settings)),
         );
-        Self { services, store, effects, settings }
+        Self { services, store, effects, settings, task_context: TaskContext::default() }
     }
 
     /// The router state of the API function: the bundled fixtures are stored (once), keys

@@ -19,7 +19,7 @@ use trellis_core::engine::{Input, Verdict};
 use trellis_core::ports::EffectSink;
 use trellis_core::service::NoHooks;
 use trellis_core::ServiceError;
-use trellis_worker::{process_task, TaskContext, TaskResult};
+use trellis_worker::{process_task, TaskResult};
 
 use crate::batch::{run_grouped, AfterFailure};
 use crate::message::StepMessage;
@@ -58,7 +58,7 @@ pub async fn handle_message(app: &AwsApp, message: &SqsMessage) -> MessageOutcom
         };
     }
     let task = step.task(deliveries);
-    match process_task(&app.services, &task, &TaskContext::default()).await {
+    match process_task(&app.services, &task, &app.task_context).await {
         Ok(TaskResult::Deferred(visible_at)) => {
             let effect = step.effect.clone().due(visible_at);
             match app.effects.send(&step.run_id, &[effect]).await {

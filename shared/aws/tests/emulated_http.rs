@@ -163,3 +163,26 @@ async fn exhausted_retries_take_the_failure_route_and_the_run_completes() {
         assert_eq!(ran.snapshot["variables"]["fetch"]["error"]["code"], "http_unexpected_status", "{}", ran.snapshot);
     }
 }
+
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn a_crash_after_the_call_reruns_it_with_the_same_key_and_duplicates_no_event() {
+    require_emulators();
+    let mut aws = stack().await;
+    let (status, registered) = aws.api("POST", "/v1/workflows", Some(workflow())).await;
+    assert_eq!(status, 201, "{registered}");
+    // The dispatcher invocation that ran the call dies before committing its outcome: the
+    // message is not deleted and comes back.
+    let crash = std::sync::Arc::new(trellis_worker::SimulatedCrash::at(trellis_worker::CrashPoint::AfterActivity));
+    aws.app.task_context.simulated = Some(crash.clone());
+    let ran = on_aws(&mut aws, &[Reply::json(200, &json!({"item": 7}))]).await;
+    assert!(crash.fired(), "the crash point was reached");
+    assert_eq!(ran.snapshot["status"], "completed", "{}", ran.snapshot);
+    assert_eq!(ran.requests.len(), 2, "the call ran again after the crash");
+    let keys = ran.idempotency_keys();
+    assert!(matches!(keys.as_slice(), [Some(key)] if !key.is_empty()), "the same key both times: {keys:?}");
+    let attempts: Vec<Option<&str>> = ran.requests.iter().map(|request| request.header("trellis-attempt")).collect();
+    assert_eq!(attempts, vec![Some("0"), Some("0")], "one attempt, executed twice");
+    let tail = ["node.completed fetch", "node.skipped fallback", "node.started record", "node.completed record"];
+    assert_eq!(ran.log, log(&[&["run.started", "node.started fetch"], &tail, &["run.completed"]]), "no event twice");
+}

@@ -63,6 +63,10 @@ pub(crate) async fn execute(
     let sink = WorkerProgress::new(services, &call);
     let result = bounded(&call, compiled.kind.execute(&call, &sink), &sink, compiled.timeouts.heartbeat_ms).await;
     maybe_crash(context.crash, CrashPoint::AfterActivity);
+    if context.simulated.as_ref().is_some_and(|crash| crash.hit(CrashPoint::AfterActivity)) {
+        warn!(run_id = %call.run_id, node = %call.node_id, "simulated crash after the activity returned");
+        return Err(ServiceError::Unavailable);
+    }
     match &result {
         Ok(_) => debug!(run_id = %call.run_id, node = %call.node_id, attempt = call.attempt, "attempt succeeded"),
         Err(error) => {

@@ -20,6 +20,6 @@ mod local;
 mod step;
 
 pub use activity::{GRACE_MS, LEASE_MARGIN_MS};
-pub use crash::CrashPoint;
+pub use crash::{CrashPoint, SimulatedCrash};
 pub use local::{run_loop, LocalNotifier, SystemClock, WorkerOptions, DEFAULT_MAX_CONCURRENT_ACTIVITIES};
 pub use step::{process_task, TaskContext, TaskResult};

@@ -112,7 +112,7 @@ pub async fn run_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(options.max_concurrent_activities.max(1)));
-    let context = TaskContext { crash: options.crash, lease: Some(queue.clone()) };
+    let context = TaskContext { crash: options.crash, lease: Some(queue.clone()), simulated: None };
     let mut attempts = JoinSet::new();
     let mut backoff = Duration::from_millis(50);
     while !*shutdown.borrow() {

@@ -14,7 +14,7 @@ use trellis_core::RunStatus;
 use trellis_core::ServiceError;
 
 use crate::activity;
-use crate::crash::{maybe_crash, CrashPoint};
+use crate::crash::{maybe_crash, CrashPoint, SimulatedCrash};
 
 /// How a task ended, and so what to do with its delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,8 @@ const DEFER_MS: u64 = 1_000;
 pub struct TaskContext {
     /// Test hook: abort at this point (see [`CrashPoint`]).
     pub crash: Option<CrashPoint>,
+    /// Test hook for hosts that cannot abort: fail the task once at this point.
+    pub simulated: Option<Arc<SimulatedCrash>>,
     /// The local queue the task was claimed from: an activity attempt extends its lease to
     /// cover the attempt's budget. `None` on a serverless queue (the visibility timeout
     /// covers the function's).
