@@ -14,6 +14,7 @@ fn the_embedded_binary_has_no_aws_sdk_in_its_dependency_tree() {
     assert!(output.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&output.stderr));
     let tree = String::from_utf8_lossy(&output.stdout);
     assert!(tree.lines().any(|line| line.starts_with("trellis-activities")), "the tree lists the activities crate");
-    let aws: Vec<&str> = tree.lines().filter(|line| line.starts_with("aws-sdk") || line.starts_with("aws-config")).collect();
+    let aws: Vec<&str> =
+        tree.lines().filter(|line| line.starts_with("aws-sdk") || line.starts_with("aws-config")).collect();
     assert!(aws.is_empty(), "the embedded binary must not depend on the AWS SDK: {aws:?}");
 }

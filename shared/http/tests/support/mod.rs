@@ -153,7 +153,13 @@ impl Setup {
             ids: Arc::new(CountingIds::default()),
             notifier,
         };
-        let services = Arc::new(Services::new(ports, HostLimits::default()).with_test_seams(self.test_seams));
+        // The embedded host's registry: core.http.request registered (these tests never call
+        // out; the client's default policy refuses every private destination anyway).
+        let http = trellis_activities::http::HttpClient::system(Default::default());
+        let nodes = trellis_core::nodes::NodeRegistry::new()
+            .register(Arc::new(trellis_activities::http::HttpRequestActivity::new(http)));
+        let services =
+            Arc::new(Services::new(ports, HostLimits::default()).with_test_seams(self.test_seams).with_nodes(nodes));
         for id in self.workflows {
             services.put_workflow(GLOBAL_NAMESPACE, workflow(id)).await.unwrap();
         }
