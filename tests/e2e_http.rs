@@ -62,24 +62,10 @@ impl Fixture {
 
     /// `GET /v1/runs/{id}/events?streamMode=debug` as a JSON list, checked well formed.
     async fn debug_events(&self, run_id: &str) -> Vec<Value> {
-        debug_events(&self.client.base, run_id).await
+        let events = self.client.debug_events(run_id).await;
+        assert_log_well_formed(&events);
+        events
     }
-}
-
-async fn debug_events(base: &str, run_id: &str) -> Vec<Value> {
-    let listing: Value = reqwest::Client::new()
-        .get(format!("{base}/v1/runs/{run_id}/events?streamMode=debug"))
-        .bearer_auth(KEY)
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let events = listing["events"].as_array().cloned().unwrap_or_default();
-    assert_log_well_formed(&events);
-    events
 }
 
 /// A workflow of one `core.http.request` node `fetch` calling `path` on the server whose port

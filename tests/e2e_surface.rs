@@ -251,18 +251,8 @@ async fn sse_rejects_unserved_modes_and_bad_buffers_and_serves_json_on_request()
             assert_eq!(body["details"]["supported"], json!(["values", "updates", "debug"]));
         }
     }
-    let listing: Value = reqwest::Client::new()
-        .get(format!("{base}/v1/runs/{run_id}/events?streamMode=debug"))
-        .bearer_auth(KEY)
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
     assert_eq!(
-        types(listing["events"].as_array().unwrap()),
+        types(&client.debug_events(&run_id).await),
         ["run.started", "node.started", "node.completed", "run.completed"]
     );
     host.stop().await;

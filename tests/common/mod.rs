@@ -82,6 +82,23 @@ impl Client {
         created["runId"].as_str().unwrap().to_owned()
     }
 
+    /// `GET /v1/runs/{id}/events?streamMode=debug` as a JSON list (every event, `node.retried`
+    /// and host events included).
+    pub async fn debug_events(&self, run_id: &str) -> Vec<Value> {
+        let listing: Value = self
+            .http
+            .get(format!("{}/v1/runs/{run_id}/events?streamMode=debug", self.base))
+            .bearer_auth(&self.key)
+            .header("accept", "application/json")
+            .send()
+            .await
+            .expect("request sent")
+            .json()
+            .await
+            .expect("a JSON list");
+        listing["events"].as_array().cloned().unwrap_or_default()
+    }
+
     pub async fn snapshot(&self, run_id: &str) -> Value {
         self.request("GET", &format!("/v1/runs/{run_id}"), None).await.1
     }
