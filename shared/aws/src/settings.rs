@@ -85,13 +85,24 @@ fn number<T: std::str::FromStr>(lookup: Lookup<'_>, name: &'static str, default:
     }
 }
 
+/// Where `core.http.request` cuts a response body on AWS by default (64 KB): the body is
+/// written twice into the step's commit page — in the state's variables and in the
+/// `node.completed` event — and a page is one DynamoDB item of at most 400 KB.
+pub const DEFAULT_HTTP_MAX_RESPONSE_BYTES: usize = 64_000;
+/// The largest cut an operator may configure on AWS (two copies and their JSON escaping must
+/// still fit one item; larger payloads belong in blob storage).
+pub const MAX_HTTP_RESPONSE_BYTES: usize = 128 * 1024;
+
 fn http_settings(lookup: Lookup<'_>) -> Result<HttpSettings, SettingsError> {
     let name = "TRELLIS_HTTP_ALLOW_PRIVATE_NETS";
     let allow = AllowList::parse(&lookup(name).unwrap_or_default())
         .map_err(|error| SettingsError::Invalid { name, reason: error.to_string() })?;
-    let max_response_body_bytes = number(lookup, "TRELLIS_HTTP_MAX_RESPONSE_BYTES", 1_048_576usize)?;
-    if max_response_body_bytes == 0 {
-        let reason = "must be at least 1".to_owned();
+    let max_response_body_bytes = number(lookup, "TRELLIS_HTTP_MAX_RESPONSE_BYTES", DEFAULT_HTTP_MAX_RESPONSE_BYTES)?;
+    if !(1..=MAX_HTTP_RESPONSE_BYTES).contains(&max_response_body_bytes) {
+        let reason = format!(
+            "must be from 1 to {MAX_HTTP_RESPONSE_BYTES}: a response lands twice in the step's commit page \
+             (the state's variables and the node.completed event), one DynamoDB item of at most 400 KB"
+        );
         return Err(SettingsError::Invalid { name: "TRELLIS_HTTP_MAX_RESPONSE_BYTES", reason });
     }
     Ok(HttpSettings { allow, max_response_body_bytes })
@@ -259,5 +270,33 @@ mod tests {
             ApiSettings::from_lookup(&keys),
             Err(SettingsError::Invalid { name: "TRELLIS_API_KEYS", .. })
         ));
+    }
+
+    #[test]
+    fn http_settings_default_to_items_that_fit_and_refuse_bad_entries() {
+        let base =
+            [("TRELLIS_TABLE_NAME", "t"), ("TRELLIS_STEP_QUEUE_URL", "q"), ("TRELLIS_COMPLETION_QUEUE_URL", "c")];
+        let settings = Settings::from_lookup(&lookup(&base)).unwrap();
+        assert_eq!(settings.http.max_response_body_bytes, DEFAULT_HTTP_MAX_RESPONSE_BYTES);
+        assert_eq!(settings.http.allow, AllowList::none(), "no private destination by default");
+        assert_eq!(settings.limits.max_attempt_ms, 50_000, "registration bounds an attempt by the dispatcher");
+        for (name, value) in [
+            ("TRELLIS_HTTP_MAX_RESPONSE_BYTES", "0"),
+            ("TRELLIS_HTTP_MAX_RESPONSE_BYTES", "1048576"),
+            ("TRELLIS_HTTP_ALLOW_PRIVATE_NETS", "10.0.0.0/8,not-a-net"),
+        ] {
+            let bad = lookup(&[base[0], base[1], base[2], (name, value)]);
+            match Settings::from_lookup(&bad) {
+                Err(SettingsError::Invalid { name: named, reason }) => {
+                    assert_eq!(named, name);
+                    if value.contains("not-a-net") {
+                        assert!(reason.contains("not-a-net"), "the bad entry is named: {reason}");
+                    }
+                }
+                other => panic!("{name}={value}: {other:?}"),
+            }
+        }
+        let allowed = lookup(&[base[0], base[1], base[2], ("TRELLIS_HTTP_ALLOW_PRIVATE_NETS", "10.1.0.0/16")]);
+        assert_ne!(Settings::from_lookup(&allowed).unwrap().http.allow, AllowList::none());
     }
 }
