@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::scenarios::{self, Scenario};
 
@@ -25,50 +25,11 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[index.min(sorted.len() - 1)]
 }
 
-/// Creates one run and long-polls its events until the terminal event is read; a run that
-/// suspends is resolved as soon as its `interrupt.requested` is read.
+/// Follows one run to its end (see [`crate::follow`]); it must complete.
 async fn one_run(http: &reqwest::Client, base: &str, workflow: &str, resolve: Option<&(&str, Value)>) -> Duration {
-    let started = Instant::now();
-    let created: Value = http
-        .post(format!("{base}/v1/runs"))
-        .bearer_auth(KEY)
-        .json(&json!({"workflowId": workflow}))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("create answer");
-    let run_id = created["runId"].as_str().expect("runId").to_owned();
-    let mut cursor = -1i64;
-    loop {
-        let page: Value = http
-            .get(format!("{base}/v1/runs/{run_id}/events/poll?lastSequence={cursor}&timeout=25"))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .expect("poll")
-            .json()
-            .await
-            .expect("poll answer");
-        if page["isComplete"] == true {
-            assert_eq!(page["runStatus"], "completed", "benchmark runs must complete");
-            return started.elapsed();
-        }
-        let asked =
-            page["events"].as_array().is_some_and(|events| events.iter().any(|e| e["type"] == "interrupt.requested"));
-        if let (true, Some((node, value))) = (asked, resolve) {
-            let resolved = http
-                .post(format!("{base}/v1/runs/{run_id}/interrupts/{node}"))
-                .bearer_auth(KEY)
-                .json(&json!({ "resumeValue": value }))
-                .send()
-                .await
-                .expect("resolve");
-            assert_eq!(resolved.status().as_u16(), 200, "benchmark resolutions must be accepted");
-        }
-        cursor = page["lastEventSeq"].as_i64().unwrap_or(cursor);
-    }
+    let followed = crate::follow::follow_run(http, base, KEY, workflow, resolve).await;
+    assert_eq!(followed.status, "completed", "benchmark runs must complete");
+    followed.terminal - followed.sent
 }
 
 async fn drive(base: &str, scenario: &Scenario, clients: usize, runs: usize) -> Figures {

@@ -2,6 +2,7 @@
 //! asserts nothing.
 
 mod driver;
+mod follow;
 mod scenarios;
 
 use std::path::PathBuf;

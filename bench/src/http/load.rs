@@ -32,49 +32,11 @@ pub(crate) fn http_chain(id: &str, length: usize, url: &str) -> Value {
 }
 
 /// How one run went.
-pub(crate) struct Outcome {
-    /// Create request sent.
-    pub(crate) sent: Instant,
-    /// Create answered.
-    pub(crate) created: Instant,
-    /// Terminal event read.
-    pub(crate) terminal: Instant,
-    /// `runStatus` of the terminal page.
-    pub(crate) status: String,
-}
+pub(crate) use crate::follow::Followed as Outcome;
 
 /// Creates one run of `workflow` and long-polls its events until the terminal page.
 async fn one_run(http: &reqwest::Client, base: &str, workflow: &str) -> Outcome {
-    let sent = Instant::now();
-    let created: Value = http
-        .post(format!("{base}/v1/runs"))
-        .bearer_auth(KEY)
-        .json(&json!({"workflowId": workflow}))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("create answer");
-    let created_at = Instant::now();
-    let run_id = created["runId"].as_str().unwrap_or_else(|| panic!("no runId in {created}")).to_owned();
-    let mut cursor = -1i64;
-    loop {
-        let page: Value = http
-            .get(format!("{base}/v1/runs/{run_id}/events/poll?lastSequence={cursor}&timeout=25"))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .expect("poll")
-            .json()
-            .await
-            .expect("poll answer");
-        if page["isComplete"] == true {
-            let status = page["runStatus"].as_str().unwrap_or("unknown").to_owned();
-            return Outcome { sent, created: created_at, terminal: Instant::now(), status };
-        }
-        cursor = page["lastEventSeq"].as_i64().unwrap_or(cursor);
-    }
+    crate::follow::follow_run(http, base, KEY, workflow, None).await
 }
 
 /// What a set of runs measured.

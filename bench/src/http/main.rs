@@ -13,6 +13,8 @@
 //! CPU is utime + stime of `/proc/<pid>/stat` before and after each scenario. Prints
 //! figures; asserts nothing.
 
+#[path = "../follow.rs"]
+mod follow;
 mod host;
 mod load;
 
