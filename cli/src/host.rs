@@ -52,7 +52,7 @@ pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
         StartError::Setting(format!("--http-allow-private-nets / TRELLIS_HTTP_ALLOW_PRIVATE_NETS: {error}"))
     })?;
     let max_response_body_bytes = usize::try_from(args.http_max_response_bytes).unwrap_or(usize::MAX);
-    let http = HttpClient::system(HttpSettings { allow, max_response_body_bytes });
+    let http = HttpClient::system(HttpSettings { allow, max_response_body_bytes, ..HttpSettings::default() });
     Ok(NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http))))
 }
 

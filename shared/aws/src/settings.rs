@@ -105,7 +105,7 @@ fn http_settings(lookup: Lookup<'_>) -> Result<HttpSettings, SettingsError> {
         );
         return Err(SettingsError::Invalid { name: "TRELLIS_HTTP_MAX_RESPONSE_BYTES", reason });
     }
-    Ok(HttpSettings { allow, max_response_body_bytes })
+    Ok(HttpSettings { allow, max_response_body_bytes, ..HttpSettings::default() })
 }
 
 impl Settings {

@@ -88,11 +88,17 @@ pub struct HttpSettings {
     pub allow: AllowList,
     /// Where a response body is cut (`bodyTruncated`).
     pub max_response_body_bytes: usize,
+    /// Root certificates trusted for `https` besides the system's (DER): a private CA.
+    pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 impl Default for HttpSettings {
     fn default() -> Self {
-        Self { allow: AllowList::none(), max_response_body_bytes: DEFAULT_MAX_RESPONSE_BODY_BYTES }
+        Self {
+            allow: AllowList::none(),
+            max_response_body_bytes: DEFAULT_MAX_RESPONSE_BODY_BYTES,
+            extra_roots: Vec::new(),
+        }
     }
 }
 
@@ -444,6 +450,11 @@ impl HttpClient {
                     tracing::warn!(%error, "loading a system root certificate failed");
                 }
                 let (added, ignored) = roots.add_parsable_certificates(loaded.certs);
+                let (extra, refused) = roots.add_parsable_certificates(self.settings.extra_roots.iter().cloned());
+                if refused > 0 {
+                    tracing::warn!(refused, "an extra root certificate could not be parsed");
+                }
+                tracing::debug!(extra, "extra root certificates trusted for outbound HTTPS");
                 tracing::debug!(added, ignored, "system root certificates loaded for outbound HTTPS");
                 let provider = Arc::new(rustls::crypto::ring::default_provider());
                 let mut config = rustls::ClientConfig::builder_with_provider(provider)

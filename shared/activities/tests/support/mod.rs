@@ -42,7 +42,8 @@ impl Harness {
         let resolver = Arc::new(ScriptedResolver::new());
         resolver.answer(HOST, &["127.0.0.1"]);
         let connector = Arc::new(RecordingConnector::new());
-        let settings = HttpSettings { allow: AllowList::parse(allow).expect("allow-list"), max_response_body_bytes };
+        let allow = AllowList::parse(allow).expect("allow-list");
+        let settings = HttpSettings { allow, max_response_body_bytes, ..HttpSettings::default() };
         let client = HttpClient::new(settings, resolver.clone(), connector.clone());
         Self { server, resolver, connector, activity: HttpRequestActivity::new(client) }
     }
