@@ -64,7 +64,7 @@ impl Transition<'_> {
     /// Starts the activity node `definition` (it was scheduled and passed its checks).
     pub(super) fn start_activity(&mut self, definition: &NodeDef, inputs: Map<String, Value>) {
         let node_id = definition.id.as_str();
-        self.emit_started(node_id, &definition.type_id, 0);
+        self.emit_node_started(node_id, &definition.type_id, 0);
         let Some(compiled) = self.workflow.activity(node_id) else { return };
         let prepared = compiled.kind.prepare(&NodeContext {
             node_id,
@@ -86,14 +86,6 @@ impl Transition<'_> {
             }
             Err(error) => self.fail_node_after(node_id, error, 1, false),
         }
-    }
-
-    fn emit_started(&mut self, node_id: &str, type_id: &str, attempt: u32) {
-        self.emit(
-            types::NODE_STARTED,
-            Some(node_id),
-            json!({ "nodeId": node_id, "typeId": type_id, "attempt": attempt }),
-        );
     }
 
     fn is_current(&self, node_id: &str, activation: u32, attempt: u32, status: NodeStatus) -> bool {
@@ -128,9 +120,10 @@ impl Transition<'_> {
                 let delay = compiled.retry.delay_ms(attempt, &seed);
                 let within_total =
                     compiled.timeouts.total_ms.is_none_or(|total| self.now.saturating_add(delay) < started + total);
-                if compiled.retry.retries(attempt, &error) && within_total {
+                let retries = compiled.retry.retries(attempt, &error);
+                if retries && within_total {
                     self.schedule_retry(node_id, activation, attempt + 1, delay, &error);
-                } else if compiled.retry.retries(attempt, &error) {
+                } else if retries {
                     let total = compiled.timeouts.total_ms.unwrap_or_default();
                     let timeout = ActivityError::new(
                         "node_timeout",
@@ -176,7 +169,7 @@ impl Transition<'_> {
             return Verdict::Later;
         }
         let Some(type_id) = self.workflow.node(node_id).map(|node| node.type_id.clone()) else { return Verdict::Stale };
-        self.emit_started(node_id, &type_id, attempt);
+        self.emit_node_started(node_id, &type_id, attempt);
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Executing;
         node.wake_at = None;

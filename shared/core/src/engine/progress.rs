@@ -140,13 +140,13 @@ impl<'a> Transition<'a> {
             match self.resolve_inputs(&definition.inputs) {
                 Ok(inputs) => self.start_activity(&definition, inputs),
                 Err(error) => {
-                    self.emit_node_started(node_id, &definition.type_id);
+                    self.emit_node_started(node_id, &definition.type_id, 0);
                     self.fail_node(node_id, error);
                 }
             }
             return Verdict::Applied;
         }
-        self.emit_node_started(node_id, &definition.type_id);
+        self.emit_node_started(node_id, &definition.type_id, 0);
         let kind = nodes::kind(&definition.type_id).map(|kind| (kind, nodes::requires::missing_requirement(kind)));
         let outcome = match kind {
             Some((_, Some(capability))) => NodeOutcome::Failed(nodes::requires::not_provided(node_id, capability)),
@@ -183,9 +183,10 @@ impl<'a> Transition<'a> {
         Verdict::Applied
     }
 
-    /// `node.started` of a pure node (one attempt, numbered 0).
-    fn emit_node_started(&mut self, node_id: &str, type_id: &str) {
-        self.emit(types::NODE_STARTED, Some(node_id), json!({ "nodeId": node_id, "typeId": type_id, "attempt": 0 }));
+    /// `node.started` for attempt `attempt` (zero-based; a pure node has one attempt, 0).
+    pub(super) fn emit_node_started(&mut self, node_id: &str, type_id: &str, attempt: u32) {
+        let payload = json!({ "nodeId": node_id, "typeId": type_id, "attempt": attempt });
+        self.emit(types::NODE_STARTED, Some(node_id), payload);
     }
 
     /// Starts a child run for `node_id`; `worker` distinguishes the workers of one dispatch.
