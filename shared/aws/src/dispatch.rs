@@ -15,7 +15,7 @@ use std::future::Future;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use tracing::{info, warn};
-use trellis_core::engine::{Input, Verdict};
+use trellis_core::engine::{Effect, Input, Verdict};
 use trellis_core::ports::EffectSink;
 use trellis_core::service::NoHooks;
 use trellis_core::ServiceError;
@@ -95,9 +95,13 @@ pub async fn handle_fifo_batch(app: &AwsApp, event: SqsEvent) -> SqsBatchRespons
     respond(&event.records, true, |message| handle_message(app, message)).await
 }
 
-/// The run a step message belongs to; `None` (a group of its own) when it does not parse.
+/// The run a step message belongs to; `None` (a group of its own) when it does not parse,
+/// and for an activity attempt: attempts of one run run side by side (their commits retry on
+/// a lost race like any other), so two slow calls of one run never add up past the
+/// function's timeout.
 fn run_of(message: &SqsMessage) -> Option<String> {
-    StepMessage::decode(message.body.as_deref().unwrap_or("")).ok().map(|step| step.run_id)
+    let step = StepMessage::decode(message.body.as_deref().unwrap_or("")).ok()?;
+    (!matches!(step.effect, Effect::Execute { .. })).then_some(step.run_id)
 }
 
 fn message_group(message: &SqsMessage) -> Option<&str> {
@@ -168,8 +172,6 @@ pub async fn handle_trigger(app: &AwsApp, payload: serde_json::Value) -> Result<
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
-
-    use trellis_core::engine::Effect;
 
     use super::*;
     use crate::batch::tests::Recorder;
@@ -265,5 +267,15 @@ mod tests {
         assert_eq!(failed, ["p1", "n1", "q1"], "nothing after the failure is handled");
         assert_eq!(recorder.started(), ["p1"]);
         assert_eq!(recorder.max_in_flight(), 1);
+    }
+
+    #[test]
+    fn a_runs_steps_share_a_group_and_its_activity_attempts_each_get_their_own() {
+        let step = message("s", "run-a", None);
+        assert_eq!(run_of(&step).as_deref(), Some("run-a"));
+        let mut attempt = SqsMessage::default();
+        let effect = Effect::Execute { node_id: "call".into(), activation: 1, attempt: 0, due_at: 0 };
+        attempt.body = Some(StepMessage::new("run-a", &effect).encode());
+        assert_eq!(run_of(&attempt), None, "two slow calls of one run never queue behind each other");
     }
 }

@@ -49,11 +49,14 @@ pub(crate) async fn execute(
     let Some(run) = services.store.load_run(&task.run_id).await? else { return Ok(None) };
     let workflow = services.pinned_workflow(&run).await?;
     let now = services.clock.now();
-    let Some(call) = activity_call(&workflow, &run, attempt.node_id, attempt.activation, attempt.attempt, now) else {
+    let Some(mut call) = activity_call(&workflow, &run, attempt.node_id, attempt.activation, attempt.attempt, now)
+    else {
         debug!(run_id = %task.run_id, task = %task.id, "attempt superseded or finished; not executing it");
         return Ok(None);
     };
     let Some(compiled) = workflow.activity(attempt.node_id) else { return Ok(None) };
+    // A definition stored under a higher ceiling still runs: its attempts get this host's.
+    call.timeout_ms = call.timeout_ms.min(services.limits.max_attempt_ms);
     if let Some(queue) = &context.lease {
         let until = now + call.timeout_ms + GRACE_MS + LEASE_MARGIN_MS;
         if let Err(error) = queue.release(&task.id, until).await {

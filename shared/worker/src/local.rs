@@ -84,9 +84,6 @@ pub struct WorkerOptions {
 /// The default bound on concurrently executing activity attempts.
 pub const DEFAULT_MAX_CONCURRENT_ACTIVITIES: usize = 256;
 
-/// When an `Execute` task that found every activity slot taken is looked at again.
-const SLOTS_FULL_RETRY_MS: u64 = 50;
-
 impl Default for WorkerOptions {
     fn default() -> Self {
         Self {
@@ -102,8 +99,8 @@ impl Default for WorkerOptions {
 
 /// Claims and processes due tasks of `queue` until `shutdown` turns true. Steps, timers and
 /// notices run in the loop, one after another; activity attempts (`Execute` tasks) are
-/// spawned, at most `max_concurrent_activities` at once (an attempt that finds no slot goes
-/// back to the queue for a moment), and settle their own deliveries.
+/// spawned and execute at most `max_concurrent_activities` at once (one that finds no slot
+/// waits for one, renewing its lease), and settle their own deliveries.
 pub async fn run_loop(
     services: Arc<Services>,
     queue: Arc<dyn LocalQueue>,
@@ -135,24 +132,30 @@ pub async fn run_loop(
         let mut inline = 0;
         for task in tasks {
             if matches!(task.effect, Effect::Execute { .. }) {
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    let later = services.clock.now() + SLOTS_FULL_RETRY_MS;
-                    if let Err(err) = queue.release(&task.id, later).await {
-                        warn!(task = %task.id, error = %err, "returning a task failed; its lease will expire");
-                    }
-                    continue;
-                };
-                let (services, queue, context, max) =
-                    (services.clone(), queue.clone(), context.clone(), options.max_deliveries);
+                // Spawned at once; it waits for a slot there, keeping its lease alive, so a
+                // full house never costs it a delivery (nor a second execution).
+                let (services, queue, context, slots) =
+                    (services.clone(), queue.clone(), context.clone(), slots.clone());
+                let (max, lease_ms) = (options.max_deliveries, options.lease_ms);
                 attempts.spawn(async move {
+                    let permit = loop {
+                        tokio::select! {
+                            permit = slots.clone().acquire_owned() => break permit,
+                            () = tokio::time::sleep(Duration::from_millis(lease_ms / 2)) => {
+                                let until = services.clock.now() + lease_ms;
+                                if let Err(err) = queue.release(&task.id, until).await {
+                                    warn!(task = %task.id, error = %err, "keeping a waiting attempt's lease failed");
+                                }
+                            }
+                        }
+                    };
+                    let Ok(_permit) = permit else { return };
                     let result = process_task(&services, &task, &context).await;
-                    let done = settle(&services, queue.as_ref(), &task, result, max).await;
-                    if done {
+                    if settle(&services, queue.as_ref(), &task, result, max).await {
                         if let Err(err) = queue.ack(&task.id).await {
                             warn!(task = %task.id, error = %err, "acknowledging a task failed; it will be redelivered");
                         }
                     }
-                    drop(permit);
                 });
                 continue;
             }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use tracing::{debug, warn};
+use trellis_core::activity::ActivityError;
 use trellis_core::engine::{outstanding_effects, Effect, Input, Verdict, PARENT_CANCELLED};
 use trellis_core::ports::{LocalQueue, Task};
 use trellis_core::service::{CommitHooks, Decision, Services};
@@ -86,12 +87,58 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
         }
         other => (task.run_id.clone(), other.input().expect("own-run effects have an input")),
     };
-    let decision = services.advance(None, &target, input, &CrashHooks(context.crash)).await?;
+    let hooks = CrashHooks(context.crash);
+    let decision = match input {
+        Input::ActivityFinished { .. } => commit_outcome(services, &target, input, &hooks).await?,
+        input => services.advance(None, &target, input, &hooks).await?,
+    };
     let Some(decision) = decision else {
         warn!(run_id = %task.run_id, task = %task.id, "task for an unknown run; dropping it");
         return Ok(TaskResult::Ignored);
     };
     settle(services, task, &target, decision).await
+}
+
+/// How often an attempt's outcome is committed again after a retryable failure before the
+/// task is left for redelivery (which would run the call again).
+const OUTCOME_COMMIT_TRIES: u32 = 6;
+
+/// Commits an attempt's outcome. The call has been made, so a failed commit is retried here
+/// (with backoff) rather than by redelivering the task, which would repeat the call; an
+/// outcome the store refuses for good (e.g. a success whose outputs make the run's state too
+/// large for an item) is committed as the attempt's failure instead, so the call is not
+/// repeated either.
+async fn commit_outcome(
+    services: &Services,
+    run_id: &str,
+    input: Input,
+    hooks: &CrashHooks,
+) -> Result<Option<Decision>, ServiceError> {
+    let mut backoff_ms = 100;
+    for _ in 1..OUTCOME_COMMIT_TRIES {
+        match services.advance(None, run_id, input.clone(), hooks).await {
+            Err(ServiceError::Unavailable) => {
+                warn!(run_id, backoff_ms, "committing an attempt's outcome failed; trying again");
+                services.clock.sleep(backoff_ms).await;
+                backoff_ms *= 2;
+            }
+            Err(ServiceError::Internal) => {
+                let Input::ActivityFinished { node_id, activation, attempt, result: Ok(_) } = input else {
+                    return Err(ServiceError::Internal);
+                };
+                warn!(run_id, node = %node_id, "the attempt's outcome could not be stored; recording it as failed");
+                let error = ActivityError::new(
+                    "outcome_not_recorded",
+                    "the call succeeded but its outcome could not be stored (too large for the run's state?)",
+                    false,
+                );
+                let failed = Input::ActivityFinished { node_id, activation, attempt, result: Err(error) };
+                return services.advance(None, run_id, failed, hooks).await;
+            }
+            other => return other,
+        }
+    }
+    services.advance(None, run_id, input, hooks).await
 }
 
 /// What a decision means for the task's delivery.

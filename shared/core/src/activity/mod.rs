@@ -36,8 +36,9 @@ use crate::interrupt::request::ConfigIssue;
 use crate::nodes::NodeContext;
 use crate::run::RunError;
 
-/// One attempt of an activity node, as the executor receives it.
-#[derive(Debug, Clone, PartialEq)]
+/// One attempt of an activity node, as the executor receives it. Its `Debug` leaves out the
+/// request (it may hold rendered credentials, e.g. an `Authorization` header).
+#[derive(Clone, PartialEq)]
 pub struct ActivityCall {
     /// The run.
     pub run_id: String,
@@ -56,6 +57,20 @@ pub struct ActivityCall {
     /// This attempt's time budget in milliseconds (the smaller of the node's own timeout,
     /// `settings.timeouts.attemptMs` and what is left of `totalMs`).
     pub timeout_ms: u64,
+}
+
+impl fmt::Debug for ActivityCall {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("ActivityCall")
+            .field("run_id", &self.run_id)
+            .field("node_id", &self.node_id)
+            .field("type_id", &self.type_id)
+            .field("activation", &self.activation)
+            .field("attempt", &self.attempt)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why an attempt failed: a stable code, a message, details and whether another attempt

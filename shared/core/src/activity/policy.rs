@@ -156,8 +156,9 @@ fn only(fields: &Map<String, Value>, known: &[&str], path: &str) -> Result<(), P
 fn millis(fields: &Map<String, Value>, name: &str, path: &str, min: u64) -> Result<Option<u64>, PolicyIssue> {
     let Some(value) = fields.get(name) else { return Ok(None) };
     let path = format!("{path}/{name}");
-    match value.as_u64() {
-        Some(ms) if (min..=MAX_POLICY_MS).contains(&ms) => Ok(Some(ms)),
+    // The same duration rule as every other duration in a definition (integral numbers).
+    match crate::nodes::duration_ms(value, MAX_POLICY_MS) {
+        Some(ms) if ms >= min => Ok(Some(ms)),
         _ => Err(issue(&path, format!("{path} must be an integer from {min} to {MAX_POLICY_MS} (milliseconds)"))),
     }
 }

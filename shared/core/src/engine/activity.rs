@@ -18,13 +18,14 @@ use crate::event::types;
 use crate::model::definition::NodeDef;
 use crate::model::Workflow;
 use crate::nodes::NodeContext;
-use crate::run::{ActivityProgress, NodeStatus, RunState};
+use crate::run::{ActivityProgress, NodeStatus, RunState, RunStatus};
 
 /// The host event an activity heartbeat is recorded as (debug mode only).
 pub const ACTIVITY_HEARTBEAT: &str = "trellis.activity.heartbeat";
 
 /// What the worker hands the executor for attempt `attempt` of `node_id`, if that attempt is
-/// the node's current one and it is executing; `None` for a superseded or finished attempt.
+/// the node's current one and it is executing in a live run; `None` for a superseded or
+/// finished attempt, and for a run being cancelled (no call goes out after a cancel).
 pub fn activity_call(
     workflow: &Workflow,
     run: &RunState,
@@ -33,7 +34,15 @@ pub fn activity_call(
     attempt: u32,
     now: crate::timefmt::Millis,
 ) -> Option<ActivityCall> {
-    let node = run.nodes.get(node_id)?;
+    let live = matches!(
+        run.status,
+        RunStatus::Running
+            | RunStatus::Paused
+            | RunStatus::WaitingApproval
+            | RunStatus::WaitingInput
+            | RunStatus::WaitingExternal
+    );
+    let node = run.nodes.get(node_id).filter(|_| live)?;
     let progress = node.activity.as_ref()?;
     if node.status != NodeStatus::Executing || node.activation != activation || progress.attempt != attempt {
         return None;

@@ -404,3 +404,19 @@ fn heartbeats_and_chunks_of_the_current_attempt_are_recorded_and_others_ignored(
     let outcome = apply(&wf, &mut state, chunk, 1_030);
     assert_eq!(outcome.events[0].event_type, "output.chunk");
 }
+
+#[test]
+fn no_call_goes_out_for_a_run_being_cancelled() {
+    let nodes =
+        json!([{"id": "s", "typeId": "core.noop"}, call_node("a", json!({})), {"id": "b", "typeId": "core.noop"}]);
+    let wf = compile(nodes, json!([edge("s", "a", None), edge("s", "b", None)]), json!({})).unwrap();
+    let mut state = pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 1_000);
+    apply(&wf, &mut state, Input::Step { node_id: "s".into(), activation: 1 }, 1_000);
+    apply(&wf, &mut state, Input::Step { node_id: "a".into(), activation: 1 }, 1_000);
+    assert!(activity_call(&wf, &state, "a", 1, 0, 1_000).is_some(), "executing in a running run");
+    // `b`'s step is in flight, so the cancel is accepted as cancelling.
+    apply(&wf, &mut state, Input::Cancel { reason: None }, 1_010);
+    assert_eq!(state.status, RunStatus::Cancelling);
+    assert!(activity_call(&wf, &state, "a", 1, 0, 1_020).is_none(), "no call after a cancel was accepted");
+}

@@ -123,11 +123,7 @@ impl Services {
     /// Compiles `document` for this host (its node kinds and the largest bounds: a stored
     /// definition stays readable when the host's ceilings are lowered).
     pub fn compile(&self, document: serde_json::Value) -> Result<Workflow, crate::DefinitionError> {
-        Workflow::compile_with(
-            document,
-            &self.nodes,
-            Bounds { max_attempt_ms: self.limits.max_attempt_ms, ..Bounds::default() },
-        )
+        Workflow::compile_with(document, &self.nodes, Bounds::default())
     }
 
     /// The same services with the test seams enabled or not.
