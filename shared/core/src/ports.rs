@@ -17,7 +17,7 @@ use crate::engine::Effect;
 use crate::error::StoreError;
 use crate::event::RunEvent;
 use crate::interrupt::Vote;
-use crate::run::{RunState, RunStatus};
+use crate::run::{Changes, RunState, RunStatus};
 use crate::timefmt::Millis;
 
 /// The read-only namespace holding bundled definitions (examples, conformance fixtures); a
@@ -136,6 +136,32 @@ pub trait RunStore: Send + Sync {
         events: &[RunEvent],
         effects: &[Effect],
     ) -> Result<(), StoreError>;
+    /// [`RunStore::commit`], told which nodes, edges and variables changed: a store that keeps
+    /// them as separate records writes those and the header only (`changes.all` writes every
+    /// record). The default writes the whole state.
+    async fn commit_changes(
+        &self,
+        run: &RunState,
+        expected_version: u64,
+        changes: &Changes,
+        events: &[RunEvent],
+        effects: &[Effect],
+    ) -> Result<(), StoreError> {
+        let _ = changes;
+        self.commit(run, expected_version, events, effects).await
+    }
+    /// The run's current state, to apply an input to: [`RunStore::load_run`], except that a
+    /// store keeping hot runs in memory hands over its copy without copying it (the caller
+    /// offers it back with [`RunStore::retain_run`]).
+    async fn take_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
+        self.load_run(run_id).await
+    }
+    /// Offers `run`, as committed (or as read and left unchanged), back to a store that keeps
+    /// hot runs in memory; it keeps it only while it is the stored version. By default it is
+    /// dropped.
+    fn retain_run(&self, run: RunState) {
+        drop(run);
+    }
     /// Events with `sequence > after` (all when `None`), in order, at most `limit`.
     async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError>;
     /// The vote `voter` cast on interrupt occurrence `interrupt_id` of `run_id`, if any: one

@@ -1,7 +1,7 @@
 //! A run's durable state. The store keeps it as one document next to the event log; the
 //! engine is the only code that changes it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -396,7 +396,78 @@ pub struct RunState {
     pub mocks_allowed: bool,
 }
 
+/// What one commit changed in a run's state besides its header (every field but `nodes`,
+/// `edges` and `variables`, which a commit always rewrites): the engine records each node,
+/// edge and variable it touches, so a store that keeps them as separate records writes only
+/// those — a step's cost does not grow with the workflow.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Everything changed (a new run, or a caller that did not track): write it all.
+    pub all: bool,
+    /// Node ids whose state was touched.
+    pub nodes: BTreeSet<String>,
+    /// Edge indices whose resolution was touched.
+    pub edges: BTreeSet<usize>,
+    /// Variable names set or removed.
+    pub variables: BTreeSet<String>,
+}
+
+impl Changes {
+    /// Everything.
+    pub fn all() -> Self {
+        Self { all: true, ..Self::default() }
+    }
+
+    /// Adds `other`'s changes (consecutive steps committed together).
+    pub fn merge(&mut self, other: Changes) {
+        self.all |= other.all;
+        self.nodes.extend(other.nodes);
+        self.edges.extend(other.edges);
+        self.variables.extend(other.variables);
+    }
+}
+
 impl RunState {
+    /// A copy of everything but the per-node, per-edge and variable records (left empty):
+    /// what the engine keeps to undo a transition it does not apply, and the header a store
+    /// that keeps those records apart writes.
+    pub fn header(&self) -> RunState {
+        RunState {
+            run_id: self.run_id.clone(),
+            tenant: self.tenant.clone(),
+            principal: self.principal.clone(),
+            workflow: self.workflow.clone(),
+            status: self.status,
+            version: self.version,
+            status_version: self.status_version,
+            next_sequence: self.next_sequence,
+            inputs: self.inputs.clone(),
+            variables: Map::new(),
+            nodes: BTreeMap::new(),
+            edges: Vec::new(),
+            node_executions: self.node_executions,
+            limits: self.limits.clone(),
+            created_at: self.created_at,
+            started_at: self.started_at,
+            ended_at: self.ended_at,
+            error: self.error.clone(),
+            cancel_reason: self.cancel_reason.clone(),
+            configurable: self.configurable.clone(),
+            tags: self.tags.clone(),
+            metadata: self.metadata.clone(),
+            scope_id: self.scope_id.clone(),
+            parent: self.parent.clone(),
+            interrupts: self.interrupts.clone(),
+            pause: self.pause.clone(),
+            pending_pause: self.pending_pause.clone(),
+            orchestrator: self.orchestrator.clone(),
+            child_runs: self.child_runs.clone(),
+            disabled_capabilities: self.disabled_capabilities.clone(),
+            outputs: self.outputs.clone(),
+            mocks_allowed: self.mocks_allowed,
+        }
+    }
+
     /// The node the run waits at (the snapshot's `currentNodeId`): the one holding a pending
     /// interrupt first, else one waiting for a child, parked on a timer, or scheduled.
     pub fn current_node(&self) -> Option<&str> {

@@ -46,11 +46,16 @@ pub(crate) async fn execute(
     attempt: Attempt<'_>,
     context: &TaskContext,
 ) -> Result<Option<Input>, ServiceError> {
-    let Some(run) = services.store.load_run(&task.run_id).await? else { return Ok(None) };
-    let workflow = services.pinned_workflow(&run).await?;
+    let Some(run) = services.store.take_run(&task.run_id).await? else { return Ok(None) };
+    let workflow = services.pinned_workflow(&run).await;
     let now = services.clock.now();
-    let Some(mut call) = activity_call(&workflow, &run, attempt.node_id, attempt.activation, attempt.attempt, now)
-    else {
+    let call = workflow
+        .as_ref()
+        .ok()
+        .and_then(|workflow| activity_call(workflow, &run, attempt.node_id, attempt.activation, attempt.attempt, now));
+    services.store.retain_run(run);
+    let workflow = workflow?;
+    let Some(mut call) = call else {
         debug!(run_id = %task.run_id, task = %task.id, "attempt superseded or finished; not executing it");
         return Ok(None);
     };

@@ -96,7 +96,9 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
         warn!(run_id = %task.run_id, task = %task.id, "task for an unknown run; dropping it");
         return Ok(TaskResult::Ignored);
     };
-    settle(services, task, &target, decision).await
+    let result = settle(services, task, &target, &decision).await;
+    services.store.retain_run(decision.run);
+    result
 }
 
 /// How often an attempt's outcome is committed again after a retryable failure before the
@@ -146,9 +148,9 @@ async fn settle(
     services: &Services,
     task: &Task,
     target: &str,
-    decision: Decision,
+    decision: &Decision,
 ) -> Result<TaskResult, ServiceError> {
-    match decision.outcome.verdict {
+    match &decision.outcome.verdict {
         Verdict::Applied => {
             debug!(run_id = %task.run_id, task = %task.id, events = decision.outcome.events.len(), "task applied");
             Ok(TaskResult::Applied)

@@ -120,7 +120,7 @@ impl Transition<'_> {
         match result {
             Ok(outputs) => {
                 self.node_mut(node_id).activity = None;
-                self.state.variables.insert(node_id.to_owned(), Value::Object(outputs.clone()));
+                self.set_variable(node_id, Value::Object(outputs.clone()));
                 self.complete_node(node_id, outputs, false);
             }
             Err(error) => {

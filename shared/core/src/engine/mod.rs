@@ -333,6 +333,8 @@ pub struct Outcome {
     pub events: Vec<RunEvent>,
     /// Effects to issue.
     pub effects: Vec<Effect>,
+    /// The nodes, edges and variables the input touched (empty unless applied).
+    pub changes: crate::run::Changes,
 }
 
 /// The effects a run still needs, derived from its state alone: a step for every scheduled

@@ -339,7 +339,7 @@ impl Transition<'_> {
         }
         for (parent_var, child_var) in config.output_for(worker) {
             if let Some(value) = variables.get(child_var) {
-                self.state.variables.insert(parent_var.clone(), value.clone());
+                self.set_variable(parent_var, value.clone());
             }
         }
         let next = progress.index + 1;
@@ -387,7 +387,7 @@ impl Transition<'_> {
                     state.dispatch = None;
                 }
                 for &edge in &self.workflow.graph.outgoing[node] {
-                    self.state.edges[edge] = EdgeStatus::Unresolved;
+                    self.set_edge(edge, EdgeStatus::Unresolved);
                     queue.push_back(self.workflow.graph.ends[edge].1);
                 }
             }
@@ -428,7 +428,7 @@ impl Transition<'_> {
     /// variable, the dispatch node completes and the loop returns to the supervisor.
     pub(super) fn user_answered(&mut self, node_id: &str, value: &Value) {
         let answer = value["answers"][ASK_USER_QUESTION].clone();
-        self.state.variables.insert(ASK_USER_VARIABLE.into(), answer.clone());
+        self.set_variable(ASK_USER_VARIABLE, answer.clone());
         let mut outputs = Map::new();
         outputs.insert("decision".into(), json!("ask-user"));
         outputs.insert("answer".into(), answer);
@@ -438,7 +438,7 @@ impl Transition<'_> {
     /// Sets run variables from outside the run (the test seam): one `variable.changed` each.
     pub(super) fn set_variables(&mut self, variables: Map<String, Value>) -> Verdict {
         for (name, next) in variables {
-            let previous = self.state.variables.insert(name.clone(), next.clone());
+            let previous = self.set_variable(&name, next.clone());
             let mut payload = json!({ "name": name, "next": next });
             if let Some(previous) = previous {
                 payload["previous"] = previous;

@@ -61,7 +61,8 @@ impl Services {
             }
             hooks.before_commit();
             let outcome = &decision.outcome;
-            match self.store.commit(&decision.run, decision.expected_version, &outcome.events, &outcome.effects).await {
+            let (expected, changes) = (decision.expected_version, &outcome.changes);
+            match self.store.commit_changes(&decision.run, expected, changes, &outcome.events, &outcome.effects).await {
                 Ok(()) => {}
                 Err(StoreError::Conflict) => {
                     let ceiling = backoff_ceiling_ms(race);

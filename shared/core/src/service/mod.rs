@@ -51,6 +51,8 @@ pub struct Services {
     /// The test seams are enabled (`OPENWOP_TEST_SEAM_ENABLED`): the capability overlay is
     /// read and honoured.
     pub test_seams: bool,
+    /// How many consecutive steps of a run one commit may hold ([`Services::with_step_chaining`]).
+    chain_limit: usize,
     compiled: Mutex<HashMap<String, Arc<Workflow>>>,
 }
 
@@ -106,7 +108,7 @@ impl Services {
         let Ports { store, effects, clock, ids, notifier } = ports;
         let nodes = Arc::new(NodeRegistry::new());
         let compiled = Mutex::new(HashMap::new());
-        Self { store, effects, clock, ids, notifier, limits, nodes, test_seams: false, compiled }
+        Self { store, effects, clock, ids, notifier, limits, nodes, test_seams: false, chain_limit: 0, compiled }
     }
 
     /// The same services running the node kinds of `nodes`.
@@ -191,17 +193,56 @@ impl Services {
     /// (A vote carries the voter's earlier vote, read by key after the run.) Nothing is
     /// written: [`Services::advance`] is the loop that commits.
     pub async fn decide(&self, run_id: &str, input: Input) -> Result<Option<Decision>, ServiceError> {
-        let Some(mut run) = self.store.load_run(run_id).await? else { return Ok(None) };
+        let Some(mut run) = self.store.take_run(run_id).await? else { return Ok(None) };
         let workflow = self.pinned_workflow(&run).await?;
         let expected_version = run.version;
         let previous_status = run.status;
         let before = matches!(input, Input::Resolve(_)).then(|| run.clone());
         let input = self.with_prior_vote(&run, input).await?;
-        let outcome = engine::apply(&workflow, &mut run, input, self.clock.now());
+        let mut outcome = engine::apply(&workflow, &mut run, input, self.clock.now());
         if outcome.verdict == Verdict::Applied {
+            self.chain_steps(&workflow, &mut run, &mut outcome);
             run.version = expected_version + 1;
         }
         Ok(Some(Decision { run, expected_version, outcome, previous_status, before }))
+    }
+
+    /// On a host that allows it ([`Services::with_step_chaining`]), applies the step an
+    /// applied outcome issues right away, and the one that step issues, … up to the limit,
+    /// so consecutive steps of a run commit together (their events become visible at that
+    /// commit). Only a lone step is followed — an outcome issuing several steps (parallel
+    /// branches) or none (a timer, an activity, a child) ends the chain, and so does a step
+    /// the engine does not apply (it stays an effect and runs as a task).
+    fn chain_steps(&self, workflow: &Workflow, run: &mut RunState, outcome: &mut Outcome) {
+        for _ in 0..self.chain_limit {
+            let now = self.clock.now();
+            let mut steps =
+                outcome.effects.iter().enumerate().filter(|(_, e)| matches!(e, engine::Effect::Step { .. }));
+            let (Some((position, engine::Effect::Step { node_id, activation, due_at })), None) =
+                (steps.next(), steps.next())
+            else {
+                return;
+            };
+            if *due_at > now {
+                return;
+            }
+            let input = Input::Step { node_id: node_id.clone(), activation: *activation };
+            let next = engine::apply(workflow, run, input, now);
+            if next.verdict != Verdict::Applied {
+                return;
+            }
+            outcome.effects.remove(position);
+            outcome.events.extend(next.events);
+            outcome.effects.extend(next.effects);
+            outcome.changes.merge(next.changes);
+        }
+    }
+
+    /// The same services applying up to `limit` consecutive steps of a run before one commit
+    /// (the embedded host; a serverless host keeps one invocation per step: `0`).
+    pub fn with_step_chaining(mut self, limit: usize) -> Self {
+        self.chain_limit = limit;
+        self
     }
 
     /// Sends committed effects and notifies waiters. A failed send loses nothing: the effects
