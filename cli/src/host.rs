@@ -99,6 +99,10 @@ pub struct EmbeddedHost {
     held: Option<HeldWorker>,
 }
 
+/// Consecutive steps of one run the embedded host applies before one commit (their events
+/// become visible together; a serverless host keeps one invocation per step).
+pub const STEP_CHAIN_LIMIT: usize = 64;
+
 /// A worker loop not started yet.
 type HeldWorker = Box<dyn FnOnce() -> JoinHandle<()> + Send>;
 
@@ -126,7 +130,8 @@ impl EmbeddedHost {
             notifier: notifier.clone(),
         };
         let nodes = node_registry(args)?;
-        let services = Arc::new(Services::new(ports, limits).with_test_seams(args.test_seams).with_nodes(nodes));
+        let services = Services::new(ports, limits).with_test_seams(args.test_seams).with_nodes(nodes);
+        let services = Arc::new(services.with_step_chaining(STEP_CHAIN_LIMIT));
 
         let fixtures = load_definitions(&services, args).await?;
         let (keys, dev_key) = collect_keys(args, &options)?;

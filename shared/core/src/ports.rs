@@ -136,6 +136,12 @@ pub trait RunStore: Send + Sync {
         events: &[RunEvent],
         effects: &[Effect],
     ) -> Result<(), StoreError>;
+    /// The run as a snapshot or a listing shows it: a store may leave out every node record
+    /// but the one a live run waits at ([`RunState::current_node`]; a finished run's snapshot
+    /// shows none). The default is [`RunStore::load_run`].
+    async fn load_run_summary(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
+        self.load_run(run_id).await
+    }
     /// [`RunStore::commit`], told which nodes, edges and variables changed: a store that keeps
     /// them as separate records writes those and the header only (`changes.all` writes every
     /// record). The default writes the whole state.
@@ -329,4 +335,17 @@ pub trait Notifier: Send + Sync {
     fn generation(&self) -> u64;
     /// Returns once the counter has moved past `seen`, or after `timeout`.
     async fn wait(&self, seen: u64, timeout: Duration);
+    /// A counter that moves on every commit to `run_id` (and may move on others'); pass it to
+    /// [`Notifier::wait_run`]. Not comparable with [`Notifier::generation`]. By default the
+    /// global counter.
+    fn run_generation(&self, run_id: &str) -> u64 {
+        let _ = run_id;
+        self.generation()
+    }
+    /// Returns once `run_id`'s counter has moved past `seen`, or after `timeout`; a commit to
+    /// another run need not wake it. By default [`Notifier::wait`] (any commit wakes it).
+    async fn wait_run(&self, run_id: &str, seen: u64, timeout: Duration) {
+        let _ = run_id;
+        self.wait(seen, timeout).await
+    }
 }

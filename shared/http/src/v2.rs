@@ -164,7 +164,7 @@ async fn snapshot(
     Path(run_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
-    let run = state.services.get_run(caller.tenant(), &internal_id(&caller, &run_id)?).await?;
+    let run = state.services.get_run_summary(caller.tenant(), &internal_id(&caller, &run_id)?).await?;
     Ok(Json(crate::routes::runs::run_document(Wire::V2, &state, &run)))
 }
 

@@ -6,21 +6,27 @@
 //! | table         | holds                                                                 |
 //! |---------------|-----------------------------------------------------------------------|
 //! | `workflows`   | definition documents by `(namespace, workflow_id, content_hash)`        |
-//! | `runs`        | one row per run: the state document, its version, tenant and status   |
+//! | `runs`        | one row per run: the state's header, its edge letters, version, tenant and status |
+//! | `run_nodes`   | each run's node states by `(run_id, node_id)`                          |
+//! | `run_variables` | each run's variables by `(run_id, name)`                             |
 //! | `events`      | the append-only event log by `(run_id, sequence)`                      |
 //! | `idempotency` | recorded responses by `(tenant, endpoint, key)`, kept for the retention |
 //! | `tasks`       | the local queue *and* the outbox: due steps, timers and deadlines      |
 //! | `votes`       | approval votes by `(run_id, interrupt_id, voter)` (the state keeps a tally) |
 //! | `settings`    | host-wide settings (the capability overlay)                            |
 //!
-//! A commit is one transaction: the state row (guarded by its version), the new events, the
-//! votes they cast and the new task rows. Tasks have deterministic ids, so re-issuing one is
+//! A commit is one transaction: the run row (guarded by its version) and the node and
+//! variable rows the step touched, the new events, the votes they cast and the new task rows.
+//! Recently stepped live runs are also kept in memory (the hot-run cache), so a step does not
+//! read its run back. Tasks have deterministic ids, so re-issuing one is
 //! a no-op. The database is opened in exclusive locking mode: one host process owns a data
 //! directory, so at open every task lease and every pending idempotency claim of a previous
 //! (crashed) process is released, and finished idempotency records past the retention are
 //! deleted (later, a bounded batch per claim). [`RowUsage`] counts the rows each operation
 //! touches.
 
+mod cache;
+mod records;
 mod schema;
 mod store;
 mod usage;

@@ -2,7 +2,7 @@
 
 /// The layout version this build writes (`PRAGMA user_version`). A database of an older
 /// version is migrated at open ([`MIGRATIONS`]); a newer one is refused rather than misread.
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 /// The `votes` table (layout 3): one row per `(run, interrupt occurrence, voter)`.
 const VOTES: &str = "
@@ -20,13 +20,43 @@ CREATE TABLE IF NOT EXISTS votes (
 /// Finished idempotency records by age, for their expiry (layout 3).
 const IDEMPOTENCY_BY_AGE: &str = "CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (state, created_at);";
 
-/// `(from version, statements)`: applied in order to databases older than [`SCHEMA_VERSION`].
+/// A run's node and variable records (layout 4, see `records`).
+pub(crate) const RUN_RECORDS: &str = "
+CREATE TABLE IF NOT EXISTS run_nodes (
+    run_id  TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    state   TEXT NOT NULL,
+    PRIMARY KEY (run_id, node_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_variables (
+    run_id TEXT NOT NULL,
+    name   TEXT NOT NULL,
+    value  TEXT NOT NULL,
+    PRIMARY KEY (run_id, name)
+) WITHOUT ROWID;
+";
+
+/// What a migration step does.
+pub(crate) enum Step {
+    /// Runs these statements.
+    Sql(&'static str),
+    /// Creates the current layout's tables, then runs this conversion.
+    Convert(fn(&rusqlite::Connection) -> Result<(), trellis_core::StoreError>),
+}
+
+/// `(from version, step)`: applied in order to databases older than [`SCHEMA_VERSION`].
 /// Version 2 records each event's causation (`causationId` of dispatch events). Version 3
 /// stores votes by voter instead of in the run's state (a run's state keeps a tally; the votes
 /// of a layout-2 state stay in it and are still counted), and indexes idempotency records by
 /// age for their expiry. A layout-3 database is refused by older builds, which would
-/// miscount its votes.
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, "ALTER TABLE events ADD COLUMN causation INTEGER;"), (2, VOTES)];
+/// miscount its votes. Version 4 splits each run's state document into a header row, edge
+/// letters and node and variable rows (a step writes only what it changed); older builds
+/// refuse it too.
+pub(crate) const MIGRATIONS: &[(i64, Step)] = &[
+    (1, Step::Sql("ALTER TABLE events ADD COLUMN causation INTEGER;")),
+    (2, Step::Sql(VOTES)),
+    (3, Step::Convert(crate::records::split_state_documents)),
+];
 
 /// The base tables; every statement is idempotent.
 const DDL: &str = "
@@ -47,7 +77,8 @@ CREATE TABLE IF NOT EXISTS runs (
     status      TEXT    NOT NULL,
     version     INTEGER NOT NULL,
     created_at  INTEGER NOT NULL,
-    state       TEXT    NOT NULL
+    state       TEXT    NOT NULL,
+    edges       TEXT    NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at, run_id);
 CREATE TABLE IF NOT EXISTS events (
@@ -87,7 +118,8 @@ CREATE TABLE IF NOT EXISTS settings (
 ) WITHOUT ROWID;
 ";
 
-/// Every statement of the current layout (the base tables, then the layout-3 additions).
+/// Every statement of the current layout (the base tables, then the layout-3 and layout-4
+/// additions).
 pub(crate) fn ddl() -> String {
-    format!("{DDL}{VOTES}{IDEMPOTENCY_BY_AGE}")
+    format!("{DDL}{VOTES}{IDEMPOTENCY_BY_AGE}{RUN_RECORDS}")
 }

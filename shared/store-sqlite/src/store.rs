@@ -14,9 +14,12 @@ use trellis_core::ports::{
     RunStore, StoredWorkflow, Task, WorkflowStore,
 };
 use trellis_core::timefmt::Millis;
+use trellis_core::run::Changes;
 use trellis_core::{RunEvent, RunState, StoreError};
 
-use crate::schema::{ddl, MIGRATIONS, SCHEMA_VERSION};
+use crate::cache::HotRuns;
+use crate::records::{insert_run, read_run, update_run, Depth};
+use crate::schema::{ddl, Step, MIGRATIONS, SCHEMA_VERSION};
 use crate::usage::{Counters, RowUsage};
 
 /// Expired idempotency records deleted per claim (the opportunistic part of their expiry).
@@ -26,6 +29,7 @@ const PRUNE_BATCH: i64 = 64;
 pub struct SqliteStore {
     connection: Mutex<Connection>,
     counters: Counters,
+    hot: HotRuns,
 }
 
 fn system_now() -> Millis {
@@ -45,7 +49,7 @@ fn prune_idempotency(connection: &Connection, now: Millis, limit: i64) -> Result
         .map_err(unavailable)
 }
 
-fn unavailable(error: rusqlite::Error) -> StoreError {
+pub(crate) fn unavailable(error: rusqlite::Error) -> StoreError {
     match error.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
             StoreError::Unavailable("the database is locked by another process".to_owned())
@@ -54,11 +58,11 @@ fn unavailable(error: rusqlite::Error) -> StoreError {
     }
 }
 
-fn corrupt(error: serde_json::Error) -> StoreError {
+pub(crate) fn corrupt(error: serde_json::Error) -> StoreError {
     StoreError::Corrupt(error.to_string())
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(corrupt)
 }
 
@@ -87,12 +91,8 @@ impl SqliteStore {
                 "the database has layout version {found}; this build reads version {SCHEMA_VERSION} and older"
             )));
         }
-        if found != 0 {
-            for (from, statements) in MIGRATIONS.iter().filter(|(from, _)| *from >= found) {
-                connection.execute_batch(statements).map_err(|error| {
-                    StoreError::Corrupt(format!("migrating the database from layout version {from}: {error}"))
-                })?;
-            }
+        if found != 0 && found < SCHEMA_VERSION {
+            migrate(&connection, found)?;
         }
         connection.execute_batch(&ddl()).map_err(unavailable)?;
         connection.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(unavailable)?;
@@ -102,7 +102,7 @@ impl SqliteStore {
         // belonged to a process that is gone: free its keys now rather than after its lease.
         connection.execute("DELETE FROM idempotency WHERE state = 'pending'", []).map_err(unavailable)?;
         prune_idempotency(&connection, system_now(), i64::MAX)?;
-        Ok(Self { connection: Mutex::new(connection), counters: Counters::default() })
+        Ok(Self { connection: Mutex::new(connection), counters: Counters::default(), hot: HotRuns::default() })
     }
 
     /// Rows and document bytes read and written so far (see [`RowUsage`]).
@@ -125,8 +125,44 @@ impl SqliteStore {
             .collect()
     }
 
+    fn read(&self, run_id: &str, depth: Depth) -> Result<Option<RunState>, StoreError> {
+        let found = read_run(&self.lock(), run_id, depth)?;
+        Ok(found.map(|(run, read)| {
+            self.counters.read(read.0, read.1);
+            run
+        }))
+    }
+
     fn lock(&self) -> MutexGuard<'_, Connection> {
         self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Brings a database of layout `found` to [`SCHEMA_VERSION`] in one transaction: a crash
+/// or an error midway leaves it as it was.
+fn migrate(connection: &Connection, found: i64) -> Result<(), StoreError> {
+    connection.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
+    let steps = || -> Result<(), StoreError> {
+        for (from, step) in MIGRATIONS.iter().filter(|(from, _)| *from >= found) {
+            let failed =
+                |error: String| StoreError::Corrupt(format!("migrating the database from layout version {from}: {error}"));
+            match step {
+                Step::Sql(statements) => connection.execute_batch(statements).map_err(|e| failed(e.to_string()))?,
+                Step::Convert(convert) => {
+                    connection.execute_batch(&ddl()).map_err(|e| failed(e.to_string()))?;
+                    convert(connection).map_err(|e| failed(e.to_string()))?;
+                }
+            }
+        }
+        connection.execute_batch(&ddl()).map_err(unavailable)?;
+        connection.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(unavailable)
+    };
+    match steps() {
+        Ok(()) => connection.execute_batch("COMMIT").map_err(unavailable),
+        Err(error) => {
+            let _ = connection.execute_batch("ROLLBACK");
+            Err(error)
+        }
     }
 }
 
@@ -374,32 +410,49 @@ impl RunStore for SqliteStore {
                 return existing.map(CreateResult::Existing).ok_or(StoreError::Conflict);
             }
         }
-        let state = to_json(run)?;
-        tx.execute(
-            "INSERT INTO runs (run_id, tenant, workflow_id, status, version, created_at, state)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![run.run_id, run.tenant, run.workflow.id, run.status.as_str(), run.version, run.created_at, state],
-        )
-        .map_err(unavailable)?;
+        let state = insert_run(&tx, run)?;
         let events = insert_events(&tx, &run.run_id, events)?;
         let tasks = insert_tasks(&tx, &run.run_id, effects)?;
         tx.commit().map_err(unavailable)?;
-        self.counters.wrote(1 + events.0 + tasks.0, state.len() + events.1 + tasks.1);
+        self.counters.wrote(state.0 + events.0 + tasks.0, state.1 + events.1 + tasks.1);
         Ok(CreateResult::Created)
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
-        let connection = self.lock();
-        let state = connection
-            .prepare_cached("SELECT state FROM runs WHERE run_id = ?1")
-            .map_err(unavailable)?
-            .query_row([run_id], |row| row.get::<_, String>(0))
-            .optional()
-            .map_err(unavailable)?;
-        if let Some(state) = &state {
-            self.counters.read(1, state.len());
+        if let Some(run) = self.hot.copy(run_id) {
+            return Ok(Some(run));
         }
-        state.map(|state| serde_json::from_str(&state).map_err(corrupt)).transpose()
+        self.read(run_id, Depth::Full)
+    }
+
+    async fn load_run_summary(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
+        if let Some(run) = self.hot.summary(run_id) {
+            return Ok(Some(run));
+        }
+        self.read(run_id, Depth::Summary)
+    }
+
+    async fn take_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
+        if let Some(run) = self.hot.take(run_id) {
+            return Ok(Some(run));
+        }
+        self.read(run_id, Depth::Full)
+    }
+
+    fn retain_run(&self, run: RunState) {
+        if run.status.is_terminal() {
+            return;
+        }
+        // Under the connection lock no commit can slip between the check and the keeping.
+        let connection = self.lock();
+        let stored = connection
+            .prepare_cached("SELECT version FROM runs WHERE run_id = ?1")
+            .and_then(|mut query| query.query_row([&run.run_id], |row| row.get::<_, u64>(0)).optional());
+        if let Ok(Some(version)) = stored {
+            if version == run.version {
+                self.hot.keep(run);
+            }
+        }
     }
 
     async fn commit(
@@ -409,24 +462,28 @@ impl RunStore for SqliteStore {
         events: &[RunEvent],
         effects: &[Effect],
     ) -> Result<(), StoreError> {
+        self.commit_changes(run, expected_version, &Changes::all(), events, effects).await
+    }
+
+    async fn commit_changes(
+        &self,
+        run: &RunState,
+        expected_version: u64,
+        changes: &Changes,
+        events: &[RunEvent],
+        effects: &[Effect],
+    ) -> Result<(), StoreError> {
         if run.version != expected_version.saturating_add(1) {
             return Err(StoreError::VersionSkip { expected: expected_version, found: run.version });
         }
-        let state = to_json(run)?;
         let mut connection = self.lock();
+        self.hot.forget(&run.run_id);
         let tx = connection.transaction().map_err(unavailable)?;
-        let updated = tx
-            .prepare_cached("UPDATE runs SET status = ?1, version = ?2, state = ?3 WHERE run_id = ?4 AND version = ?5")
-            .map_err(unavailable)?
-            .execute(params![run.status.as_str(), run.version, state, run.run_id, expected_version])
-            .map_err(unavailable)?;
-        if updated == 0 {
-            return Err(StoreError::Conflict);
-        }
+        let Some(state) = update_run(&tx, run, expected_version, changes)? else { return Err(StoreError::Conflict) };
         let events = insert_events(&tx, &run.run_id, events)?;
         let tasks = insert_tasks(&tx, &run.run_id, effects)?;
         tx.commit().map_err(unavailable)?;
-        self.counters.wrote(1 + events.0 + tasks.0, state.len() + events.1 + tasks.1);
+        self.counters.wrote(state.0 + events.0 + tasks.0, state.1 + events.1 + tasks.1);
         Ok(())
     }
 
@@ -584,7 +641,7 @@ impl RunStore for SqliteStore {
         let connection = self.lock();
         let mut query = connection
             .prepare_cached(
-                "SELECT state FROM runs
+                "SELECT run_id FROM runs
                  WHERE tenant = ?1
                    AND (?2 IS NULL OR workflow_id = ?2)
                    AND (?3 IS NULL OR status = ?3)
@@ -605,9 +662,13 @@ impl RunStore for SqliteStore {
                 |row| row.get::<_, String>(0),
             )
             .map_err(unavailable)?;
-        let mut runs = Vec::new();
-        for row in rows {
-            runs.push(serde_json::from_str(&row.map_err(unavailable)?).map_err(corrupt)?);
+        let ids = rows.collect::<Result<Vec<_>, _>>().map_err(unavailable)?;
+        let mut runs = Vec::with_capacity(ids.len());
+        for run_id in ids {
+            let (run, read) = read_run(&connection, &run_id, Depth::Summary)?
+                .ok_or_else(|| StoreError::Corrupt(format!("run {run_id} vanished while listed")))?;
+            self.counters.read(read.0, read.1);
+            runs.push(run);
         }
         Ok(runs)
     }

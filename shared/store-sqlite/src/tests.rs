@@ -147,5 +147,5 @@ async fn a_layout_2_database_keeps_the_votes_in_its_states() {
     let reopened = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
     drop(store);
     let version: i64 = reopened.unwrap().query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, crate::schema::SCHEMA_VERSION);
 }

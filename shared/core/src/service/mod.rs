@@ -142,6 +142,15 @@ impl Services {
         }
     }
 
+    /// [`Services::get_run`] as a snapshot shows it ([`crate::ports::RunStore::load_run_summary`]:
+    /// node records other than the current one may be left out).
+    pub async fn get_run_summary(&self, tenant: &str, run_id: &str) -> Result<RunState, ServiceError> {
+        match self.store.load_run_summary(run_id).await? {
+            Some(run) if run.tenant == tenant => Ok(run),
+            _ => Err(ServiceError::NotFound { what: "run" }),
+        }
+    }
+
     /// The tenant's runs, newest first.
     pub async fn list_runs(
         &self,

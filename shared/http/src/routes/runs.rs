@@ -86,7 +86,7 @@ pub(crate) async fn snapshot(
     Path(run_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
-    let run = state.services.get_run(caller.tenant(), &run_id).await?;
+    let run = state.services.get_run_summary(caller.tenant(), &run_id).await?;
     Ok(Json(run_document(Wire::V1, &state, &run)))
 }
 

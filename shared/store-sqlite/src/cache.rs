@@ -1,0 +1,84 @@
+//! The hot-run cache: the committed state of recently stepped live runs, kept in memory so
+//! a step neither reads nor parses its run. The store's exclusive file lock makes this
+//! process the only writer, so an entry stays true until the next commit of its run, which
+//! forgets it first; the commit loop hands the new state back ([`HotRuns::keep`]) once the
+//! commit is in. Taking an entry moves it out (no copy); a reader gets a copy. Bounded: past
+//! [`CAPACITY`] runs the least recently kept is dropped, and finished runs are never kept.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use trellis_core::RunState;
+
+/// Runs kept at most.
+pub(crate) const CAPACITY: usize = 256;
+
+/// See the module docs.
+#[derive(Default)]
+pub(crate) struct HotRuns {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Run id → (when kept, state).
+    runs: HashMap<String, (u64, RunState)>,
+    /// Increases with every keep.
+    clock: u64,
+}
+
+impl HotRuns {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Moves the run's state out, if kept.
+    pub(crate) fn take(&self, run_id: &str) -> Option<RunState> {
+        self.lock().runs.remove(run_id).map(|(_, run)| run)
+    }
+
+    /// A copy of the run's state, if kept.
+    pub(crate) fn copy(&self, run_id: &str) -> Option<RunState> {
+        self.lock().runs.get(run_id).map(|(_, run)| run.clone())
+    }
+
+    /// What a snapshot of the run needs, if kept: its header, its variables and the node it
+    /// waits at (copying no other node).
+    pub(crate) fn summary(&self, run_id: &str) -> Option<RunState> {
+        let inner = self.lock();
+        let (_, run) = inner.runs.get(run_id)?;
+        let mut summary = run.header();
+        summary.variables = run.variables.clone();
+        summary.edges = run.edges.clone();
+        if let Some((node_id, node)) = run.current_node().and_then(|id| run.nodes.get_key_value(id)) {
+            summary.nodes.insert(node_id.clone(), node.clone());
+        }
+        Some(summary)
+    }
+
+    /// Drops the run's entry (its commit is about to change it).
+    pub(crate) fn forget(&self, run_id: &str) {
+        self.lock().runs.remove(run_id);
+    }
+
+    /// Keeps `run` (the caller checked it is the stored version), dropping the least
+    /// recently kept run when full.
+    pub(crate) fn keep(&self, run: RunState) {
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let at = inner.clock;
+        if inner.runs.len() >= CAPACITY && !inner.runs.contains_key(&run.run_id) {
+            let oldest = inner.runs.iter().min_by_key(|(_, (kept, _))| *kept).map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                inner.runs.remove(&oldest);
+            }
+        }
+        inner.runs.insert(run.run_id.clone(), (at, run));
+    }
+
+    /// How many runs are kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().runs.len()
+    }
+}

@@ -1,0 +1,242 @@
+//! How a run's state is laid out (layout 4): the `runs` row holds the header (every field but
+//! nodes, edges and variables, as one small JSON document) and the edges (one letter per
+//! edge, in definition order); each node's state is a `run_nodes` row and each variable a
+//! `run_variables` row. A commit rewrites the header and the edge letters and upserts or
+//! deletes only the node and variable rows the engine reports as touched ([`Changes`]), so a
+//! step writes the same few rows at node 500 as at node 5.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::Value;
+use trellis_core::run::{Changes, ChildRun, EdgeStatus, NodeState, RunState};
+use trellis_core::StoreError;
+
+use crate::store::{corrupt, to_json, unavailable};
+
+/// The letter of an edge resolution.
+fn edge_letter(status: EdgeStatus) -> char {
+    match status {
+        EdgeStatus::Unresolved => 'u',
+        EdgeStatus::Taken => 't',
+        EdgeStatus::NotTaken => 'n',
+        EdgeStatus::Failed => 'f',
+    }
+}
+
+fn encode_edges(edges: &[EdgeStatus]) -> String {
+    edges.iter().map(|status| edge_letter(*status)).collect()
+}
+
+fn decode_edges(letters: &str) -> Result<Vec<EdgeStatus>, StoreError> {
+    letters
+        .chars()
+        .map(|letter| match letter {
+            'u' => Ok(EdgeStatus::Unresolved),
+            't' => Ok(EdgeStatus::Taken),
+            'n' => Ok(EdgeStatus::NotTaken),
+            'f' => Ok(EdgeStatus::Failed),
+            other => Err(StoreError::Corrupt(format!("unknown edge letter {other:?}"))),
+        })
+        .collect()
+}
+
+/// What writing a run cost: rows and document bytes.
+pub(crate) type Written = (u64, usize);
+
+/// Inserts the run row of a new run and all its records.
+pub(crate) fn insert_run(connection: &Connection, run: &RunState) -> Result<Written, StoreError> {
+    let header = to_json(&run.header())?;
+    connection
+        .prepare_cached(
+            "INSERT INTO runs (run_id, tenant, workflow_id, status, version, created_at, state, edges)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .map_err(unavailable)?
+        .execute(params![
+            run.run_id,
+            run.tenant,
+            run.workflow.id,
+            run.status.as_str(),
+            run.version,
+            run.created_at,
+            header,
+            encode_edges(&run.edges)
+        ])
+        .map_err(unavailable)?;
+    let records = write_records(connection, run, &Changes::all())?;
+    Ok((1 + records.0, header.len() + run.edges.len() + records.1))
+}
+
+/// Replaces the run row if its version is `expected_version` and writes the `changes`;
+/// `None` when the version moved (nothing written).
+pub(crate) fn update_run(
+    connection: &Connection,
+    run: &RunState,
+    expected_version: u64,
+    changes: &Changes,
+) -> Result<Option<Written>, StoreError> {
+    let header = to_json(&run.header())?;
+    let updated = connection
+        .prepare_cached(
+            "UPDATE runs SET status = ?1, version = ?2, state = ?3, edges = ?4 WHERE run_id = ?5 AND version = ?6",
+        )
+        .map_err(unavailable)?
+        .execute(params![run.status.as_str(), run.version, header, encode_edges(&run.edges), run.run_id, expected_version])
+        .map_err(unavailable)?;
+    if updated == 0 {
+        return Ok(None);
+    }
+    let records = write_records(connection, run, changes)?;
+    Ok(Some((1 + records.0, header.len() + run.edges.len() + records.1)))
+}
+
+/// Upserts or deletes the node and variable rows named by `changes` (all of them when
+/// `changes.all`).
+fn write_records(connection: &Connection, run: &RunState, changes: &Changes) -> Result<Written, StoreError> {
+    let mut written: Written = (0, 0);
+    if changes.all {
+        connection
+            .prepare_cached("DELETE FROM run_nodes WHERE run_id = ?1")
+            .map_err(unavailable)?
+            .execute([&run.run_id])
+            .map_err(unavailable)?;
+        connection
+            .prepare_cached("DELETE FROM run_variables WHERE run_id = ?1")
+            .map_err(unavailable)?
+            .execute([&run.run_id])
+            .map_err(unavailable)?;
+    }
+    let mut put_node = connection
+        .prepare_cached("INSERT OR REPLACE INTO run_nodes (run_id, node_id, state) VALUES (?1, ?2, ?3)")
+        .map_err(unavailable)?;
+    let mut drop_node =
+        connection.prepare_cached("DELETE FROM run_nodes WHERE run_id = ?1 AND node_id = ?2").map_err(unavailable)?;
+    let mut put_variable = connection
+        .prepare_cached("INSERT OR REPLACE INTO run_variables (run_id, name, value) VALUES (?1, ?2, ?3)")
+        .map_err(unavailable)?;
+    let mut drop_variable =
+        connection.prepare_cached("DELETE FROM run_variables WHERE run_id = ?1 AND name = ?2").map_err(unavailable)?;
+    let nodes: Box<dyn Iterator<Item = &String>> =
+        if changes.all { Box::new(run.nodes.keys()) } else { Box::new(changes.nodes.iter()) };
+    for node_id in nodes {
+        match run.nodes.get(node_id) {
+            Some(node) => {
+                let document = to_json(node)?;
+                put_node.execute(params![run.run_id, node_id, document]).map_err(unavailable)?;
+                written.1 += document.len();
+            }
+            None => {
+                drop_node.execute(params![run.run_id, node_id]).map_err(unavailable)?;
+            }
+        }
+        written.0 += 1;
+    }
+    let variables: Box<dyn Iterator<Item = &String>> =
+        if changes.all { Box::new(run.variables.keys()) } else { Box::new(changes.variables.iter()) };
+    for name in variables {
+        match run.variables.get(name) {
+            Some(value) => {
+                let document = to_json(value)?;
+                put_variable.execute(params![run.run_id, name, document]).map_err(unavailable)?;
+                written.1 += document.len();
+            }
+            None => {
+                drop_variable.execute(params![run.run_id, name]).map_err(unavailable)?;
+            }
+        }
+        written.0 += 1;
+    }
+    Ok(written)
+}
+
+/// How much of a run to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Depth {
+    /// Everything.
+    Full,
+    /// The header and the variables, and the nodes only while the run is live (a finished
+    /// run's snapshot needs no node): what a snapshot or a listing shows.
+    Summary,
+}
+
+/// Reads the run `run_id`; with the rows and bytes read.
+pub(crate) fn read_run(
+    connection: &Connection,
+    run_id: &str,
+    depth: Depth,
+) -> Result<Option<(RunState, Written)>, StoreError> {
+    let row = connection
+        .prepare_cached("SELECT state, edges FROM runs WHERE run_id = ?1")
+        .map_err(unavailable)?
+        .query_row([run_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
+        .optional()
+        .map_err(unavailable)?;
+    let Some((header, edges)) = row else { return Ok(None) };
+    let mut read: Written = (1, header.len() + edges.len());
+    let mut run: RunState = serde_json::from_str(&header).map_err(corrupt)?;
+    run.edges = decode_edges(&edges)?;
+    if depth == Depth::Full || !run.status.is_terminal() {
+        let mut query =
+            connection.prepare_cached("SELECT node_id, state FROM run_nodes WHERE run_id = ?1").map_err(unavailable)?;
+        let rows = query.query_map([run_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)));
+        for row in rows.map_err(unavailable)? {
+            let (node_id, document) = row.map_err(unavailable)?;
+            read = (read.0 + 1, read.1 + document.len());
+            let node: NodeState = serde_json::from_str(&document).map_err(corrupt)?;
+            run.nodes.insert(node_id, node);
+        }
+    }
+    let mut query =
+        connection.prepare_cached("SELECT name, value FROM run_variables WHERE run_id = ?1").map_err(unavailable)?;
+    let rows = query.query_map([run_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)));
+    for row in rows.map_err(unavailable)? {
+        let (name, document) = row.map_err(unavailable)?;
+        read = (read.0 + 1, read.1 + document.len());
+        let value: Value = serde_json::from_str(&document).map_err(corrupt)?;
+        run.variables.insert(name, value);
+    }
+    Ok(Some((run, read)))
+}
+
+/// Layout 3 → 4: splits every run's state document into its header, edge letters and node
+/// and variable rows. A run recorded before runs listed their children (children only on
+/// their nodes) gets its list filled from the nodes, so a snapshot never needs the nodes of
+/// a finished run.
+pub(crate) fn split_state_documents(connection: &Connection) -> Result<(), StoreError> {
+    let has_edges: bool = connection
+        .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'edges'", [], |row| row.get(0))
+        .map_err(unavailable)?;
+    if !has_edges {
+        connection.execute_batch("ALTER TABLE runs ADD COLUMN edges TEXT NOT NULL DEFAULT '';").map_err(unavailable)?;
+    }
+    let mut documents = Vec::new();
+    {
+        let mut query = connection.prepare("SELECT run_id, version, state FROM runs").map_err(unavailable)?;
+        let rows = query
+            .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, u64>(1)?, row.get::<_, String>(2)?)))
+            .map_err(unavailable)?;
+        for row in rows {
+            documents.push(row.map_err(unavailable)?);
+        }
+    }
+    for (run_id, version, document) in documents {
+        let mut run: RunState = serde_json::from_str(&document).map_err(corrupt)?;
+        if run.child_runs.is_empty() {
+            run.child_runs = run
+                .nodes
+                .iter()
+                .filter_map(|(node_id, node)| {
+                    Some(ChildRun {
+                        run_id: node.child_run_id.clone()?,
+                        node_id: node_id.clone(),
+                        workflow_id: node.child_workflow_id.clone().unwrap_or_default(),
+                        status: node.child_status.unwrap_or(trellis_core::RunStatus::Pending),
+                    })
+                })
+                .collect();
+        }
+        if update_run(connection, &run, version, &Changes::all())?.is_none() {
+            return Err(StoreError::Corrupt(format!("run {run_id} changed while it was migrated")));
+        }
+    }
+    Ok(())
+}
