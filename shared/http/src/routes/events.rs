@@ -64,7 +64,7 @@ pub(crate) fn wait_budget(query: &HashMap<String, String>) -> Result<Duration, A
 }
 
 /// The events after `after`. With none yet on a live run, waits (without polling the store)
-/// for the next commit, up to `budget`.
+/// for the next commit to this run, up to `budget`.
 pub(crate) async fn collect(
     state: &AppState,
     tenant: &str,
@@ -75,13 +75,13 @@ pub(crate) async fn collect(
     let deadline = Instant::now() + budget;
     let services = &state.services;
     loop {
-        let seen = services.notifier.generation();
+        let seen = services.notifier.run_generation(run_id);
         let (run, events) = services.events(tenant, run_id, after, PAGE).await?;
         let now = Instant::now();
         if !events.is_empty() || run.status.is_terminal() || now >= deadline {
             return Ok((run, events));
         }
-        services.notifier.wait(seen, deadline - now).await;
+        services.notifier.wait_run(run_id, seen, deadline - now).await;
     }
 }
 

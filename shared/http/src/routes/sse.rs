@@ -90,7 +90,7 @@ impl Stream {
                 self.closed = true;
                 return self.take_batch().map(Bytes::from);
             }
-            let seen = notifier.generation();
+            let seen = notifier.run_generation(&self.run_id);
             let read = self.state.services.events(&self.tenant, &self.run_id, self.cursor, PAGE).await;
             let Ok((run, events)) = read else {
                 self.closed = true;
@@ -137,7 +137,7 @@ impl Stream {
                 wait = wait.min(deadline.saturating_duration_since(now));
             }
             if !wait.is_zero() {
-                notifier.wait(seen, wait).await;
+                notifier.wait_run(&self.run_id, seen, wait).await;
             }
         }
     }
