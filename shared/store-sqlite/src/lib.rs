@@ -35,4 +35,6 @@ pub use store::SqliteStore;
 pub use usage::RowUsage;
 
 #[cfg(test)]
+mod layout_tests;
+#[cfg(test)]
 mod tests;

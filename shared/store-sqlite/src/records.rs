@@ -80,7 +80,14 @@ pub(crate) fn update_run(
             "UPDATE runs SET status = ?1, version = ?2, state = ?3, edges = ?4 WHERE run_id = ?5 AND version = ?6",
         )
         .map_err(unavailable)?
-        .execute(params![run.status.as_str(), run.version, header, encode_edges(&run.edges), run.run_id, expected_version])
+        .execute(params![
+            run.status.as_str(),
+            run.version,
+            header,
+            encode_edges(&run.edges),
+            run.run_id,
+            expected_version
+        ])
         .map_err(unavailable)?;
     if updated == 0 {
         return Ok(None);

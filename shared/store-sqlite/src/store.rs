@@ -13,8 +13,8 @@ use trellis_core::ports::{
     CreateResult, EffectSink, HostSettings, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition,
     RunStore, StoredWorkflow, Task, WorkflowStore,
 };
-use trellis_core::timefmt::Millis;
 use trellis_core::run::Changes;
+use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
 use crate::cache::HotRuns;
@@ -29,7 +29,7 @@ const PRUNE_BATCH: i64 = 64;
 pub struct SqliteStore {
     connection: Mutex<Connection>,
     counters: Counters,
-    hot: HotRuns,
+    pub(crate) hot: HotRuns,
 }
 
 fn system_now() -> Millis {
@@ -144,8 +144,9 @@ fn migrate(connection: &Connection, found: i64) -> Result<(), StoreError> {
     connection.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
     let steps = || -> Result<(), StoreError> {
         for (from, step) in MIGRATIONS.iter().filter(|(from, _)| *from >= found) {
-            let failed =
-                |error: String| StoreError::Corrupt(format!("migrating the database from layout version {from}: {error}"));
+            let failed = |error: String| {
+                StoreError::Corrupt(format!("migrating the database from layout version {from}: {error}"))
+            };
             match step {
                 Step::Sql(statements) => connection.execute_batch(statements).map_err(|e| failed(e.to_string()))?,
                 Step::Convert(convert) => {

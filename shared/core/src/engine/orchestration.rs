@@ -108,7 +108,7 @@ pub fn child_inputs(workflow: &Workflow, parent: &RunState, node_id: &str) -> Ma
 impl Transition<'_> {
     /// The causation of an event `node_id` emits: the decision a dispatch node acts on.
     pub(super) fn causation_of(&self, node_id: &str) -> Option<u64> {
-        acted_on(&self.state, self.workflow, node_id).map(|decided| decided.sequence)
+        acted_on(self.state, self.workflow, node_id).map(|decided| decided.sequence)
     }
 
     /// A supervisor tick: one decision from its source. Held for ratification when the
