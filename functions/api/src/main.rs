@@ -12,7 +12,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     lambda_http::tracing::init_default_subscriber();
     let settings = Settings::from_env()?;
     let api = ApiSettings::from_env()?;
-    let app = AwsApp::new(settings, &sdk_config().await);
+    let app = AwsApp::new_api(settings, &sdk_config().await);
     let router = trellis_http::router(app.api_state(&api).await?);
     lambda_http::run_with_streaming_response(router).await
 }

@@ -53,20 +53,36 @@ pub fn node_registry(settings: &Settings) -> NodeRegistry {
 }
 
 impl AwsApp {
-    /// Builds the app from settings and an SDK configuration.
+    /// Builds the app of a function whose tasks are redelivered (dispatcher, completion)
+    /// from settings and an SDK configuration.
     pub fn new(settings: Settings, config: &aws_config::SdkConfig) -> Self {
-        let store = Arc::new(
-            DynamoStore::new(aws_sdk_dynamodb::Client::new(config), settings.table_name.clone())
-                .with_retention_days(settings.retention_days),
-        );
+        Self::build(settings, config, false)
+    }
+
+    /// Builds the API function's app: its commits are not redelivered, so each commit with
+    /// effects first writes an outbox entry the reconciler reads.
+    pub fn new_api(settings: Settings, config: &aws_config::SdkConfig) -> Self {
+        Self::build(settings, config, true)
+    }
+
+    fn build(settings: Settings, config: &aws_config::SdkConfig, outbox_entries: bool) -> Self {
+        let mut store = DynamoStore::new(aws_sdk_dynamodb::Client::new(config), settings.table_name.clone())
+            .with_retention_days(settings.retention_days);
+        if outbox_entries {
+            store = store.with_outbox_entries();
+        }
+        let store = Arc::new(store);
         let clock = Arc::new(SystemClock);
-        let effects = Arc::new(SqsEffects::new(
-            aws_sdk_sqs::Client::new(config),
-            settings.step_queue_url.clone(),
-            settings.completion_queue_url.clone(),
-            store.clone(),
-            clock.clone(),
-        ));
+        let effects = Arc::new(
+            SqsEffects::new(
+                aws_sdk_sqs::Client::new(config),
+                settings.step_queue_url.clone(),
+                settings.completion_queue_url.clone(),
+                store.clone(),
+                clock.clone(),
+            )
+            .with_unproven_grace_ms(settings.dispatcher_timeout_ms),
+        );
         let ports = Ports {
             store: store.clone(),
             effects: effects.clone(),

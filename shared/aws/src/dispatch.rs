@@ -154,7 +154,7 @@ pub enum TriggerError {
 
 /// The dispatcher function's entry: an SQS batch (`Records`) is run step by step (runs
 /// concurrently, see [`handle_batch`]); a scheduled event (`detail-type: Scheduled Event`)
-/// runs the outbox reconciler.
+/// runs the outbox reconciler (a whole-table sweep when its `detail` has `"fullScan": true`).
 pub async fn handle_trigger(app: &AwsApp, payload: serde_json::Value) -> Result<serde_json::Value, TriggerError> {
     if payload.get("Records").is_some() {
         let event: SqsEvent = serde_json::from_value(payload).map_err(|_| TriggerError::UnknownEvent)?;
@@ -162,8 +162,14 @@ pub async fn handle_trigger(app: &AwsApp, payload: serde_json::Value) -> Result<
         return Ok(serde_json::to_value(response).expect("batch response serializes"));
     }
     if payload.get("detail-type").and_then(|kind| kind.as_str()) == Some("Scheduled Event") {
-        let sent =
-            crate::reconcile::reconcile(app, crate::reconcile::GRACE_MS).await.map_err(TriggerError::Reconcile)?;
+        let full = payload.pointer("/detail/fullScan").and_then(serde_json::Value::as_bool) == Some(true);
+        let grace = crate::reconcile::GRACE_MS;
+        let sent = if full {
+            crate::reconcile::reconcile_full(app, grace).await
+        } else {
+            crate::reconcile::reconcile(app, grace).await
+        };
+        let sent = sent.map_err(TriggerError::Reconcile)?;
         return Ok(serde_json::json!({ "reconciled": sent }));
     }
     Err(TriggerError::UnknownEvent)

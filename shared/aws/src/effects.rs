@@ -1,4 +1,7 @@
-//! Sending a commit's effects to SQS, then marking its page sent in DynamoDB. Notices to
+//! Sending a commit's effects to SQS, then marking its page sent in DynamoDB — except a page
+//! whose single effect is the run's next step: handling that step is its proof (see
+//! [`trellis_store_dynamodb::proven_by_successor`]), which saves a write per step. A send
+//! that fails enlists the page in the outbox the reconciler reads. Notices to
 //! a parent run go to the FIFO completion queue (grouped by parent, deduplicated by task id);
 //! everything else goes to the standard step queue. A timer more than 15 minutes out is sent
 //! with the longest delay SQS allows; the dispatcher finds it early, defers it, and sends it
@@ -11,7 +14,7 @@ use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use trellis_core::engine::Effect;
 use trellis_core::ports::{Clock, EffectSink};
 use trellis_core::StoreError;
-use trellis_store_dynamodb::DynamoStore;
+use trellis_store_dynamodb::{proven_by_successor, DynamoStore};
 
 use crate::message::StepMessage;
 
@@ -28,7 +31,14 @@ pub struct SqsEffects {
     store: Arc<DynamoStore>,
     clock: Arc<dyn Clock>,
     requests: std::sync::atomic::AtomicU64,
+    unproven_grace_ms: u64,
 }
+
+/// How long a marker-less next step is left to the writer that committed it before a
+/// redelivered task re-sends it, unless configured: the dispatcher's default timeout. A
+/// redelivery comes after the queue's visibility timeout (six times the function's), so the
+/// writer is gone by then; an immediate duplicate delivery re-sends nothing.
+pub const DEFAULT_UNPROVEN_GRACE_MS: u64 = 60_000;
 
 impl SqsEffects {
     /// A sink sending to the step and completion queues and marking pages sent in `store`.
@@ -39,7 +49,21 @@ impl SqsEffects {
         store: Arc<DynamoStore>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Self { sqs, queue_url, completion_queue_url, store, clock, requests: std::sync::atomic::AtomicU64::new(0) }
+        Self {
+            sqs,
+            queue_url,
+            completion_queue_url,
+            store,
+            clock,
+            requests: std::sync::atomic::AtomicU64::new(0),
+            unproven_grace_ms: DEFAULT_UNPROVEN_GRACE_MS,
+        }
+    }
+
+    /// Leaves a marker-less next step to its writer for `ms` (see [`DEFAULT_UNPROVEN_GRACE_MS`]).
+    pub fn with_unproven_grace_ms(mut self, ms: u64) -> Self {
+        self.unproven_grace_ms = ms;
+        self
     }
 
     async fn send_batch(&self, queue_url: &str, entries: Vec<SendMessageBatchRequestEntry>) -> Result<(), StoreError> {
@@ -114,15 +138,29 @@ impl EffectSink for SqsEffects {
     }
 
     async fn send_committed(&self, run_id: &str, version: u64, effects: &[Effect]) -> Result<(), StoreError> {
-        self.send(run_id, effects).await?;
+        if let Err(error) = self.send(run_id, effects).await {
+            // The task may still be acknowledged: the reconciler's next sweep finds the page.
+            if let Err(enlisting) = self.store.enlist_outbox(run_id, version, self.clock.now()).await {
+                tracing::warn!(run_id, version, %enlisting, "a failed send could not be enlisted for the reconciler");
+            }
+            return Err(error);
+        }
+        if proven_by_successor(effects) {
+            return Ok(());
+        }
         self.store.mark_sent(run_id, version, self.store.marker_expiry(self.clock.now())).await
     }
 
-    /// Only pages whose effects were never marked sent are sent again; everything else is
-    /// already on a queue (or done), so nothing is sent twice.
+    /// Only pages whose effects may not have been sent are sent again: pages with effects and
+    /// no marker, and a marker-less next step whose node is still scheduled once its writer
+    /// had time to send it. Everything else is already on a queue (or done).
     async fn resend_outstanding(&self, run_id: &str, _outstanding: &[Effect]) -> Result<(), StoreError> {
-        for (version, effects) in self.store.unsent_pages(run_id).await? {
-            self.send_committed(run_id, version, &effects).await?;
+        let now = self.clock.now();
+        for page in self.store.unsent_pages(run_id).await? {
+            if page.unproven && now.saturating_sub(page.written_at) < self.unproven_grace_ms {
+                continue;
+            }
+            self.send_committed(run_id, page.version, &page.effects).await?;
         }
         Ok(())
     }

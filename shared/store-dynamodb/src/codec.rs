@@ -10,21 +10,38 @@ use trellis_core::ports::{IdempotencyRecord, StoredWorkflow};
 use trellis_core::{RunEvent, RunState, StoreError};
 
 use crate::keys::{
-    idempotency_pk, marker_sk, page_sk, run_pk, tenant_gsi_pk, tenant_gsi_sk, vote_sk, workflow_directory_pk,
-    workflow_pk, workflow_sk, IDEMPOTENCY_SK, PK, SK, STATE_SK, WORKFLOW_ENTRY_PREFIX,
+    idempotency_pk, marker_sk, outbox_pk, outbox_sk, page_sk, run_pk, tenant_gsi_pk, tenant_gsi_sk, vote_sk,
+    workflow_directory_pk, workflow_pk, workflow_sk, HOST_PK, IDEMPOTENCY_SK, OUTBOX_RETENTION_MS, PK, SK, STATE_SK,
+    WORKFLOW_ENTRY_PREFIX,
 };
 
-/// The item format this build writes (`format`): 2 since votes are items of their own and a
-/// run's state keeps a tally. Items without the attribute are format 1 (their states may
-/// carry votes, which still count); a newer format is refused rather than misread.
+/// The item format this build writes (`format`, on pages, run items, votes and markers): 2
+/// since votes are items of their own and a run's state keeps a tally. Items without the
+/// attribute are format 1 (their states may carry votes, which still count).
+///
+/// A newer format is refused as `Unavailable` — retryable, never `Corrupt` and never a failed
+/// run: during a deployment old and new instances overlap, and the message or request comes
+/// back to an instance that reads it. The number moves only for a change an older reader
+/// would misread; an attribute older readers safely ignore (a page's `next`, see
+/// [`page_item`]) keeps it.
 pub(crate) const FORMAT: u64 = 2;
 
-fn check_format(item: &Item) -> Result<(), StoreError> {
-    let format = get_n(item, "format").unwrap_or(1);
+pub(crate) fn check_format(item: &Item) -> Result<(), StoreError> {
+    let format = item.get("format").map_or(Ok(1), |_| get_n(item, "format"))?;
     if format > FORMAT {
-        return Err(StoreError::Corrupt(format!("item format {format}; this build reads format {FORMAT} and older")));
+        return Err(StoreError::Unavailable(format!(
+            "item format {format}; this build reads format {FORMAT} and older (a newer instance wrote it)"
+        )));
     }
     Ok(())
+}
+
+/// Whether the effects of a commit need no "sent" marker: a single `Step` (the run's next
+/// step). The marker is proven by what follows: once that step is handled, the node is no
+/// longer scheduled at that activation in the run's newest state. Pages with several effects
+/// or another kind (timers, notices, children, activity attempts) keep the marker.
+pub fn proven_by_successor(effects: &[Effect]) -> bool {
+    matches!(effects, [Effect::Step { .. }])
 }
 
 /// The TTL attribute of an idempotency record: its creation plus the retention, in epoch
@@ -84,12 +101,17 @@ pub(crate) fn run_item(run: &RunState, expires_at: u64) -> Item {
     item.insert("gsi1pk".into(), s(tenant_gsi_pk(&run.tenant)));
     item.insert("gsi1sk".into(), s(tenant_gsi_sk(run.created_at, &run.run_id)));
     item.insert("expires_at".into(), n(expires_at));
+    item.insert("format".into(), n(FORMAT));
     item
 }
 
 /// One commit: the state after it, its events and its effects. The page of version `v` is
 /// the commit point of that version; writing it only if it does not exist is the run's
 /// optimistic concurrency.
+///
+/// Effects that need a "sent" marker are in `effects`; a single next step (see
+/// [`proven_by_successor`]) is in `next` instead, so a format-2 reader without this rule sees
+/// no effects there and never re-sends it (its marker is never written).
 pub(crate) fn page_item(
     run: &RunState,
     events: &[RunEvent],
@@ -101,7 +123,9 @@ pub(crate) fn page_item(
     item.insert("version".into(), n(run.version));
     item.insert("doc".into(), s(json(run)?));
     item.insert("events".into(), s(json(&events)?));
-    if !effects.is_empty() {
+    if proven_by_successor(effects) {
+        item.insert("next".into(), s(json(&effects[0])?));
+    } else if !effects.is_empty() {
         item.insert("effects".into(), s(json(&effects)?));
     }
     item.insert("written_at".into(), n(written_at));
@@ -149,7 +173,11 @@ pub(crate) struct Page {
     pub(crate) version: u64,
     pub(crate) state: RunState,
     pub(crate) events: Vec<RunEvent>,
+    /// Effects that are sent once the page's marker exists.
     pub(crate) effects: Vec<Effect>,
+    /// The single next step, sent without a marker (see [`proven_by_successor`]).
+    pub(crate) next: Option<Effect>,
+    pub(crate) written_at: u64,
     pub(crate) expires_at: Option<u64>,
 }
 
@@ -166,19 +194,59 @@ pub(crate) fn decode_page(item: &Item) -> Result<Page, StoreError> {
         Some(text) => parse(text)?,
         None => Vec::new(),
     };
+    let next = match item.get("next").and_then(|value| value.as_s().ok()) {
+        Some(text) => Some(parse(text)?),
+        None => None,
+    };
     Ok(Page {
         version: get_n(item, "version")?,
         state: parse(get_s(item, "doc")?)?,
         events: parse(get_s(item, "events")?)?,
         effects,
+        next,
+        written_at: get_n(item, "written_at").unwrap_or(0),
         expires_at: get_n(item, "expires_at").ok(),
     })
+}
+
+/// The key of page `version` of `run_id`.
+pub(crate) fn page_key(run_id: &str, version: u64) -> Item {
+    keyed(run_pk(run_id), page_sk(version))
+}
+
+/// The key of the "sent" marker of page `version` of `run_id`.
+pub(crate) fn marker_key(run_id: &str, version: u64) -> Item {
+    keyed(run_pk(run_id), marker_sk(version))
+}
+
+/// The key of a host-wide item.
+pub(crate) fn host_key(sk: &str) -> Item {
+    keyed(HOST_PK.to_owned(), sk.to_owned())
 }
 
 pub(crate) fn marker_item(run_id: &str, version: u64, expires_at: u64) -> Item {
     let mut item = keyed(run_pk(run_id), marker_sk(version));
     item.insert("expires_at".into(), n(expires_at));
+    item.insert("format".into(), n(FORMAT));
     item
+}
+
+/// An outbox entry: page `version` of `run_id` may have unsent effects that no redelivery
+/// repairs (written by the API before its commit, or by a sink whose send failed).
+pub(crate) fn outbox_item(run_id: &str, version: u64, written_at: u64) -> Item {
+    let mut item = keyed(outbox_pk(written_at, run_id), outbox_sk(written_at, run_id, version));
+    item.insert("run_id".into(), s(run_id));
+    item.insert("version".into(), n(version));
+    item.insert("written_at".into(), n(written_at));
+    item.insert("expires_at".into(), n(written_at.saturating_add(OUTBOX_RETENTION_MS) / 1000));
+    item.insert("format".into(), n(FORMAT));
+    item
+}
+
+/// A decoded outbox entry: `(run id, version)`.
+pub(crate) fn decode_outbox(item: &Item) -> Result<(String, u64), StoreError> {
+    check_format(item)?;
+    Ok((get_s(item, "run_id")?.to_owned(), get_n(item, "version")?))
 }
 
 /// The key of the idempotency record of `(tenant, endpoint, key)`.
@@ -292,4 +360,80 @@ pub(crate) fn check_limits(items: &[&Item]) -> Result<(), StoreError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use trellis_core::testing::{chain_workflow, pending_run};
+
+    use super::*;
+
+    fn step(node: &str) -> Effect {
+        Effect::Step { node_id: node.into(), activation: 1, due_at: 5 }
+    }
+
+    fn page(effects: &[Effect]) -> Item {
+        let run = pending_run(&chain_workflow(), "run-f", "t");
+        page_item(&run, &[], effects, 7, 9).expect("page item")
+    }
+
+    #[test]
+    fn an_item_without_a_format_reads_as_the_old_format() {
+        let mut item = page(&[step("a"), step("b")]);
+        item.remove("format");
+        let decoded = decode_page(&item).expect("a page without `format` still reads");
+        assert_eq!(decoded.effects, [step("a"), step("b")]);
+        assert_eq!((decoded.next, decoded.written_at), (None, 7));
+        let vote = Vote { voter: "v".into(), action: "accept".into(), decided_by: "p".into(), at: 3 };
+        let mut vote_item = vote_item("run-f", "i", &vote, 9);
+        vote_item.remove("format");
+        assert_eq!(decode_vote(&vote_item).expect("old vote reads"), vote);
+        let mut run = run_item(&pending_run(&chain_workflow(), "run-f", "t"), 9);
+        run.remove("format");
+        assert_eq!(check_format(&run), Ok(()));
+    }
+
+    #[test]
+    fn a_newer_format_is_retryable_never_corrupt() {
+        let run = pending_run(&chain_workflow(), "run-f", "t");
+        let vote = Vote { voter: "v".into(), action: "accept".into(), decided_by: "p".into(), at: 3 };
+        let items = [
+            page(&[step("a")]),
+            run_item(&run, 9),
+            vote_item("run-f", "i", &vote, 9),
+            marker_item("run-f", 1, 9),
+            outbox_item("run-f", 1, 7),
+        ];
+        for mut item in items {
+            assert_eq!(check_format(&item), Ok(()), "this build reads what it writes");
+            item.insert("format".into(), n(FORMAT + 1));
+            let refused = check_format(&item);
+            assert!(
+                matches!(refused, Err(StoreError::Unavailable(ref why)) if why.contains("format 3")),
+                "{refused:?}"
+            );
+            let service: trellis_core::ServiceError = refused.unwrap_err().into();
+            assert_eq!(service, trellis_core::ServiceError::Unavailable, "a retryable service error");
+        }
+        let mut newer = page(&[step("a")]);
+        newer.insert("format".into(), n(FORMAT + 1));
+        assert!(matches!(decode_page(&newer), Err(StoreError::Unavailable(_))));
+        let mut malformed = page(&[step("a")]);
+        malformed.insert("format".into(), s("two"));
+        assert!(matches!(decode_page(&malformed), Err(StoreError::Corrupt(_))), "a malformed attribute is corrupt");
+    }
+
+    #[test]
+    fn a_single_next_step_rides_in_next_and_everything_else_in_effects() {
+        let single = page(&[step("a")]);
+        assert!(single.contains_key("next") && !single.contains_key("effects"));
+        assert_eq!(decode_page(&single).unwrap().next, Some(step("a")));
+        let wake = Effect::Wake { node_id: "a".into(), activation: 1, due_at: 5 };
+        for effects in [vec![step("a"), step("b")], vec![wake]] {
+            let item = page(&effects);
+            assert!(item.contains_key("effects") && !item.contains_key("next"), "{effects:?}");
+            assert_eq!(decode_page(&item).unwrap().effects, effects);
+        }
+        assert!(!page(&[]).contains_key("effects") && !page(&[]).contains_key("next"));
+    }
 }

@@ -29,6 +29,35 @@ pub(crate) fn marker_sk(version: u64) -> String {
     format!("S#{version:020}")
 }
 
+/// Outbox entries are grouped in partitions of this many milliseconds of writing time…
+pub(crate) const OUTBOX_BUCKET_MS: u64 = 600_000;
+/// …each spread over this many shards (by run), so no partition takes every commit.
+pub(crate) const OUTBOX_SHARDS: u64 = 4;
+/// How long an outbox entry is kept (its TTL); the reconciler looks back far less.
+pub(crate) const OUTBOX_RETENTION_MS: u64 = 7 * 86_400_000;
+
+pub(crate) fn outbox_shard(run_id: &str) -> u64 {
+    let digest = Sha256::digest(run_id.as_bytes());
+    u64::from(digest[0]) % OUTBOX_SHARDS
+}
+
+/// The partition of the outbox entries written in `bucket` (see [`OUTBOX_BUCKET_MS`]) on `shard`.
+pub(crate) fn outbox_partition(bucket: u64, shard: u64) -> String {
+    format!("OUTBOX#{bucket:020}#{shard}")
+}
+
+pub(crate) fn outbox_pk(written_at: u64, run_id: &str) -> String {
+    outbox_partition(written_at / OUTBOX_BUCKET_MS, outbox_shard(run_id))
+}
+
+/// Entries sort by writing time, so a sweep reads a time range of each partition.
+pub(crate) fn outbox_sk(written_at: u64, run_id: &str, version: u64) -> String {
+    format!("{written_at:020}#{run_id}#{version:020}")
+}
+
+/// The reconciler's watermark: entries written before it were looked at.
+pub(crate) const RECONCILED_SK: &str = "RECONCILED";
+
 pub(crate) fn idempotency_pk(tenant: &str, endpoint: &str, key: &str) -> String {
     let digest = Sha256::digest(format!("{endpoint}:{key}").as_bytes());
     format!("IDEM#{tenant}#{}", hex::encode(digest))

@@ -8,7 +8,8 @@
 //! | item                | `pk`                                   | `sk`                   | notes |
 //! |---------------------|----------------------------------------|------------------------|-------|
 //! | commit page         | `RUN#<runId>`                          | `V#<version:020>`      | the state after the commit, its events and its effects; **the commit point** |
-//! | "sent" marker       | `RUN#<runId>`                          | `S#<version:020>`      | the page's effects reached their queues |
+//! | "sent" marker       | `RUN#<runId>`                          | `S#<version:020>`      | the page's effects reached their queues (not written for a single next step) |
+//! | outbox entry        | `OUTBOX#<bucket:020>#<shard>`          | `<writtenAt:020>#<runId>#<version:020>` | a page the reconciler looks at: an API commit with effects, or a failed send; 10-minute buckets, 4 shards, TTL 7 days |
 //! | run item            | `RUN#<runId>`                          | `STATE`                | tenant, status, creation time, `gsi1pk`/`gsi1sk` for listing; rewritten on status transitions only |
 //! | vote                | `RUN#<runId>`                          | `VOTE#<interruptId>#<sha256(voter)>` | one approval vote; the run's state keeps the tally |
 //! | idempotency record  | `IDEM#<tenant>#<sha256(endpoint:key)>` | `IDEM`                 | `state` pending (leased) or completed (with the answer); `expires_at` = creation + retention |
@@ -25,8 +26,10 @@
 //! carry `expires_at` too (creation plus `limits::IDEMPOTENCY_RETENTION_SECONDS`); TTL
 //! deletion is lazy, so claims and keyed creates treat an older record as absent.
 //!
-//! Pages and votes carry `format` (2: votes are items, the state keeps a tally); an item
-//! without it is format 1, still read (its state's votes still count).
+//! Pages, run items, votes, markers and outbox entries carry `format` (2: votes are items,
+//! the state keeps a tally); an item without it is format 1, still read (its state's votes
+//! still count); a newer format is `StoreError::Unavailable` (retryable: a deployment
+//! overlaps old and new instances), never `Corrupt`.
 //!
 //! ## Commits
 //!
@@ -35,15 +38,19 @@
 //! run's optimistic concurrency needs no separate state item. The newest page is the run's
 //! state (one item read); events are read from the newest pages backwards. The effects ride
 //! in the page (the outbox); once sent, a tiny `S#v` marker records it, and a redelivered step
-//! or the scheduled reconciler re-sends exactly the pages without a marker. Creation and
+//! or the scheduled reconciler re-sends exactly the pages without a marker. A page whose single
+//! effect is the run's next step keeps it in `next` and gets no marker: once the step is
+//! handled its node is no longer scheduled in the newest state, which is the proof; until
+//! then it counts as unsent (a redelivered task re-sends it only after the writer's grace).
+//! The reconciler reads outbox entries of recent commits, not the table. Creation and
 //! status transitions also write the run item, in one `TransactWriteItems` with a
 //! `ClientRequestToken` derived from the run id and version (an ambiguous retry of a commit
 //! that landed reads as success; `TransactionConflict` is retried with jittered backoff).
 //! DynamoDB's limits — 100 items and 4 MB per transaction, 400 KB per item — are checked
 //! before sending and reported as `StoreError::LimitExceeded`, never retried.
 //!
-//! Cost per sequential step (the page ≤ 2 KB, then its marker): 3 write units and 1 read
-//! unit; `trellis-bench-aws` measures it.
+//! Cost per sequential step (the page ≤ 2 KB, no marker): 2 write units and 1 read unit;
+//! `trellis-bench-aws` measures it.
 
 mod codec;
 mod errors;
@@ -52,8 +59,9 @@ mod meter;
 mod store;
 mod table;
 
+pub use codec::proven_by_successor;
 pub use meter::{Meter, Usage};
-pub use store::{DynamoStore, DEFAULT_RETENTION_DAYS};
+pub use store::{DynamoStore, UnsentPage, DEFAULT_RETENTION_DAYS};
 pub use table::create_table;
 
 /// Builds a DynamoDB client from the environment (region, credentials and

@@ -57,6 +57,13 @@ impl Meter {
         self.read_requests.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A read DynamoDB reported as `units` (a scan is billed for what it reads before its
+    /// filter, which the returned items do not show).
+    pub(crate) fn consumed(&self, units: f64) {
+        self.read_units.fetch_add(units.ceil().max(1.0) as u64, Ordering::Relaxed);
+        self.read_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn usage(&self) -> Usage {
         Usage {
