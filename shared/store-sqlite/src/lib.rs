@@ -30,6 +30,7 @@ mod records;
 mod schema;
 mod store;
 mod usage;
+mod writer;
 
 pub use store::SqliteStore;
 pub use usage::RowUsage;

@@ -42,117 +42,135 @@ fn decode_edges(letters: &str) -> Result<Vec<EdgeStatus>, StoreError> {
 /// What writing a run cost: rows and document bytes.
 pub(crate) type Written = (u64, usize);
 
-/// Inserts the run row of a new run and all its records.
-pub(crate) fn insert_run(connection: &Connection, run: &RunState) -> Result<Written, StoreError> {
-    let header = to_json(&run.header())?;
-    connection
-        .prepare_cached(
-            "INSERT INTO runs (run_id, tenant, workflow_id, status, version, created_at, state, edges)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )
-        .map_err(unavailable)?
-        .execute(params![
-            run.run_id,
-            run.tenant,
-            run.workflow.id,
-            run.status.as_str(),
-            run.version,
-            run.created_at,
-            header,
-            encode_edges(&run.edges)
-        ])
-        .map_err(unavailable)?;
-    let records = write_records(connection, run, &Changes::all())?;
-    Ok((1 + records.0, header.len() + run.edges.len() + records.1))
+/// A run's rows to write, serialized before the write lock is taken (the group committer
+/// writes many of these in one transaction).
+#[derive(Debug)]
+pub(crate) struct RunRows {
+    run_id: String,
+    tenant: String,
+    workflow_id: String,
+    status: &'static str,
+    version: u64,
+    created_at: u64,
+    header: String,
+    edges: String,
+    /// Every node and variable row is rewritten (the run's other rows deleted first).
+    all: bool,
+    /// `(node id, state)`; `None` deletes the row.
+    nodes: Vec<(String, Option<String>)>,
+    /// `(name, value)`; `None` deletes the row.
+    variables: Vec<(String, Option<String>)>,
 }
 
-/// Replaces the run row if its version is `expected_version` and writes the `changes`;
-/// `None` when the version moved (nothing written).
-pub(crate) fn update_run(
-    connection: &Connection,
-    run: &RunState,
-    expected_version: u64,
-    changes: &Changes,
-) -> Result<Option<Written>, StoreError> {
-    let header = to_json(&run.header())?;
-    let updated = connection
-        .prepare_cached(
-            "UPDATE runs SET status = ?1, version = ?2, state = ?3, edges = ?4 WHERE run_id = ?5 AND version = ?6",
-        )
-        .map_err(unavailable)?
-        .execute(params![
-            run.status.as_str(),
-            run.version,
-            header,
-            encode_edges(&run.edges),
-            run.run_id,
-            expected_version
-        ])
-        .map_err(unavailable)?;
-    if updated == 0 {
-        return Ok(None);
+impl RunRows {
+    /// The rows of `run` that `changes` touched, plus its header and edge letters.
+    pub(crate) fn of(run: &RunState, changes: &Changes) -> Result<Self, StoreError> {
+        let nodes: Vec<&String> = if changes.all { run.nodes.keys().collect() } else { changes.nodes.iter().collect() };
+        let variables: Vec<&String> =
+            if changes.all { run.variables.keys().collect() } else { changes.variables.iter().collect() };
+        Ok(Self {
+            run_id: run.run_id.clone(),
+            tenant: run.tenant.clone(),
+            workflow_id: run.workflow.id.clone(),
+            status: run.status.as_str(),
+            version: run.version,
+            created_at: run.created_at,
+            header: to_json(&run.header())?,
+            edges: encode_edges(&run.edges),
+            all: changes.all,
+            nodes: nodes
+                .into_iter()
+                .map(|id| Ok((id.clone(), run.nodes.get(id).map(to_json).transpose()?)))
+                .collect::<Result<_, StoreError>>()?,
+            variables: variables
+                .into_iter()
+                .map(|name| Ok((name.clone(), run.variables.get(name).map(to_json).transpose()?)))
+                .collect::<Result<_, StoreError>>()?,
+        })
     }
-    let records = write_records(connection, run, changes)?;
-    Ok(Some((1 + records.0, header.len() + run.edges.len() + records.1)))
-}
 
-/// Upserts or deletes the node and variable rows named by `changes` (all of them when
-/// `changes.all`).
-fn write_records(connection: &Connection, run: &RunState, changes: &Changes) -> Result<Written, StoreError> {
-    let mut written: Written = (0, 0);
-    if changes.all {
-        connection
-            .prepare_cached("DELETE FROM run_nodes WHERE run_id = ?1")
-            .map_err(unavailable)?
-            .execute([&run.run_id])
-            .map_err(unavailable)?;
-        connection
-            .prepare_cached("DELETE FROM run_variables WHERE run_id = ?1")
-            .map_err(unavailable)?
-            .execute([&run.run_id])
-            .map_err(unavailable)?;
+    /// The run id.
+    pub(crate) fn run_id(&self) -> &str {
+        &self.run_id
     }
-    let mut put_node = connection
-        .prepare_cached("INSERT OR REPLACE INTO run_nodes (run_id, node_id, state) VALUES (?1, ?2, ?3)")
-        .map_err(unavailable)?;
-    let mut drop_node =
-        connection.prepare_cached("DELETE FROM run_nodes WHERE run_id = ?1 AND node_id = ?2").map_err(unavailable)?;
-    let mut put_variable = connection
-        .prepare_cached("INSERT OR REPLACE INTO run_variables (run_id, name, value) VALUES (?1, ?2, ?3)")
-        .map_err(unavailable)?;
-    let mut drop_variable =
-        connection.prepare_cached("DELETE FROM run_variables WHERE run_id = ?1 AND name = ?2").map_err(unavailable)?;
-    let nodes: Box<dyn Iterator<Item = &String>> =
-        if changes.all { Box::new(run.nodes.keys()) } else { Box::new(changes.nodes.iter()) };
-    for node_id in nodes {
-        match run.nodes.get(node_id) {
-            Some(node) => {
-                let document = to_json(node)?;
-                put_node.execute(params![run.run_id, node_id, document]).map_err(unavailable)?;
-                written.1 += document.len();
-            }
-            None => {
-                drop_node.execute(params![run.run_id, node_id]).map_err(unavailable)?;
+
+    /// Inserts the run row of a new run and all its records.
+    pub(crate) fn insert(&self, connection: &Connection) -> Result<Written, StoreError> {
+        connection
+            .prepare_cached(
+                "INSERT INTO runs (run_id, tenant, workflow_id, status, version, created_at, state, edges)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .map_err(unavailable)?
+            .execute(params![
+                self.run_id,
+                self.tenant,
+                self.workflow_id,
+                self.status,
+                self.version,
+                self.created_at,
+                self.header,
+                self.edges
+            ])
+            .map_err(unavailable)?;
+        let records = self.write_records(connection)?;
+        Ok((1 + records.0, self.header.len() + self.edges.len() + records.1))
+    }
+
+    /// Replaces the run row if its version is `expected_version` and writes the records;
+    /// `None` when the version moved (nothing written).
+    pub(crate) fn update(&self, connection: &Connection, expected_version: u64) -> Result<Option<Written>, StoreError> {
+        let updated = connection
+            .prepare_cached(
+                "UPDATE runs SET status = ?1, version = ?2, state = ?3, edges = ?4 WHERE run_id = ?5 AND version = ?6",
+            )
+            .map_err(unavailable)?
+            .execute(params![self.status, self.version, self.header, self.edges, self.run_id, expected_version])
+            .map_err(unavailable)?;
+        if updated == 0 {
+            return Ok(None);
+        }
+        let records = self.write_records(connection)?;
+        Ok(Some((1 + records.0, self.header.len() + self.edges.len() + records.1)))
+    }
+
+    fn write_records(&self, connection: &Connection) -> Result<Written, StoreError> {
+        if self.all {
+            for table in ["DELETE FROM run_nodes WHERE run_id = ?1", "DELETE FROM run_variables WHERE run_id = ?1"] {
+                connection.prepare_cached(table).map_err(unavailable)?.execute([&self.run_id]).map_err(unavailable)?;
             }
         }
-        written.0 += 1;
-    }
-    let variables: Box<dyn Iterator<Item = &String>> =
-        if changes.all { Box::new(run.variables.keys()) } else { Box::new(changes.variables.iter()) };
-    for name in variables {
-        match run.variables.get(name) {
-            Some(value) => {
-                let document = to_json(value)?;
-                put_variable.execute(params![run.run_id, name, document]).map_err(unavailable)?;
-                written.1 += document.len();
-            }
-            None => {
-                drop_variable.execute(params![run.run_id, name]).map_err(unavailable)?;
+        let mut written: Written = (0, 0);
+        let statements = [
+            (
+                &self.nodes,
+                "INSERT OR REPLACE INTO run_nodes (run_id, node_id, state) VALUES (?1, ?2, ?3)",
+                "DELETE FROM run_nodes WHERE run_id = ?1 AND node_id = ?2",
+            ),
+            (
+                &self.variables,
+                "INSERT OR REPLACE INTO run_variables (run_id, name, value) VALUES (?1, ?2, ?3)",
+                "DELETE FROM run_variables WHERE run_id = ?1 AND name = ?2",
+            ),
+        ];
+        for (rows, put, drop) in statements {
+            let mut put = connection.prepare_cached(put).map_err(unavailable)?;
+            let mut drop = connection.prepare_cached(drop).map_err(unavailable)?;
+            for (key, document) in rows {
+                match document {
+                    Some(document) => {
+                        put.execute(params![self.run_id, key, document]).map_err(unavailable)?;
+                        written.1 += document.len();
+                    }
+                    None => {
+                        drop.execute(params![self.run_id, key]).map_err(unavailable)?;
+                    }
+                }
+                written.0 += 1;
             }
         }
-        written.0 += 1;
+        Ok(written)
     }
-    Ok(written)
 }
 
 /// How much of a run to read.
@@ -241,7 +259,7 @@ pub(crate) fn split_state_documents(connection: &Connection) -> Result<(), Store
                 })
                 .collect();
         }
-        if update_run(connection, &run, version, &Changes::all())?.is_none() {
+        if RunRows::of(&run, &Changes::all())?.update(connection, version)?.is_none() {
             return Err(StoreError::Corrupt(format!("run {run_id} changed while it was migrated")));
         }
     }

@@ -1,13 +1,13 @@
 //! [`SqliteStore`]: the store ports over one `rusqlite` connection.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use serde_json::Value;
 use trellis_core::engine::Effect;
-use trellis_core::interrupt::{counted_vote, Vote};
+use trellis_core::interrupt::Vote;
 use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
 use trellis_core::ports::{
     CreateResult, EffectSink, HostSettings, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition,
@@ -18,18 +18,22 @@ use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
 use crate::cache::HotRuns;
-use crate::records::{insert_run, read_run, update_run, Depth};
+use crate::records::{read_run, Depth, RunRows};
 use crate::schema::{ddl, Step, MIGRATIONS, SCHEMA_VERSION};
 use crate::usage::{Counters, RowUsage};
+use crate::writer::{event_rows, insert_tasks, task_rows, Answer, Write, Writer};
 
 /// Expired idempotency records deleted per claim (the opportunistic part of their expiry).
 const PRUNE_BATCH: i64 = 64;
 
 /// The embedded store. Operations are short and run under one connection lock.
 pub struct SqliteStore {
-    connection: Mutex<Connection>,
-    counters: Counters,
-    pub(crate) hot: HotRuns,
+    /// Declared first: dropped first, so its thread has let go of the connection before the
+    /// connection closes (a reopen of the file right after succeeds).
+    writer: Writer,
+    pub(crate) connection: Arc<Mutex<Connection>>,
+    counters: Arc<Counters>,
+    pub(crate) hot: Arc<HotRuns>,
 }
 
 fn system_now() -> Millis {
@@ -102,7 +106,10 @@ impl SqliteStore {
         // belonged to a process that is gone: free its keys now rather than after its lease.
         connection.execute("DELETE FROM idempotency WHERE state = 'pending'", []).map_err(unavailable)?;
         prune_idempotency(&connection, system_now(), i64::MAX)?;
-        Ok(Self { connection: Mutex::new(connection), counters: Counters::default(), hot: HotRuns::default() })
+        let connection = Arc::new(Mutex::new(connection));
+        let (counters, hot) = (Arc::new(Counters::default()), Arc::new(HotRuns::default()));
+        let writer = Writer::start(connection.clone(), counters.clone(), hot.clone());
+        Ok(Self { writer, connection, counters, hot })
     }
 
     /// Rows and document bytes read and written so far (see [`RowUsage`]).
@@ -167,62 +174,7 @@ fn migrate(connection: &Connection, found: i64) -> Result<(), StoreError> {
     }
 }
 
-/// Appends `events` and records the votes they cast; returns `(rows, document bytes)` written.
-fn insert_events(tx: &Transaction<'_>, run_id: &str, events: &[RunEvent]) -> Result<(u64, usize), StoreError> {
-    let mut written = (0, 0);
-    let mut vote = tx
-        .prepare_cached(
-            "INSERT INTO votes (run_id, interrupt_id, voter, action, decided_by, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (run_id, interrupt_id, voter) DO UPDATE SET
-                 action = excluded.action, decided_by = excluded.decided_by, at = excluded.at",
-        )
-        .map_err(unavailable)?;
-    let mut insert = tx
-        .prepare_cached(
-            "INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp, causation)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .map_err(unavailable)?;
-    for event in events {
-        let payload = to_json(&event.payload)?;
-        written = (written.0 + 1, written.1 + payload.len());
-        insert
-            .execute(params![
-                run_id,
-                event.sequence,
-                event.event_type,
-                event.node_id,
-                payload,
-                event.timestamp,
-                event.causation
-            ])
-            .map_err(unavailable)?;
-        if let Some((interrupt_id, cast)) = counted_vote(event) {
-            vote.execute(params![run_id, interrupt_id, cast.voter, cast.action, cast.decided_by, cast.at])
-                .map_err(unavailable)?;
-            written.0 += 1;
-        }
-    }
-    Ok(written)
-}
-
-/// Enqueues `effects` (re-enqueueing an id is a no-op); returns `(rows, bytes)` written.
-fn insert_tasks(tx: &Connection, run_id: &str, effects: &[Effect]) -> Result<(u64, usize), StoreError> {
-    let mut insert = tx
-        .prepare_cached("INSERT OR IGNORE INTO tasks (task_id, run_id, effect, due_at) VALUES (?1, ?2, ?3, ?4)")
-        .map_err(unavailable)?;
-    let mut written = (0, 0);
-    for effect in effects {
-        let document = to_json(effect)?;
-        written.1 += document.len();
-        written.0 += insert
-            .execute(params![effect.task_id(run_id), run_id, document, effect.due_at()])
-            .map_err(unavailable)? as u64;
-    }
-    Ok(written)
-}
-
-fn find_record(
+pub(crate) fn find_record(
     connection: &Connection,
     tenant: &str,
     endpoint: &str,
@@ -380,42 +332,19 @@ impl RunStore for SqliteStore {
         effects: &[Effect],
         idempotency: Option<&IdempotencyRecord>,
     ) -> Result<CreateResult, StoreError> {
-        let mut connection = self.lock();
-        let tx = connection.transaction().map_err(unavailable)?;
-        if let Some(record) = idempotency {
-            // Completes the caller's pending claim, or records afresh; a finished record wins.
-            // A finished record older than the retention is absent: it is replaced.
-            let inserted = tx
-                .execute(
-                    "INSERT INTO idempotency (tenant, endpoint, key, request_digest, state, status, body, created_at)
-                     VALUES (?1, ?2, ?3, ?4, 'completed', ?5, ?6, ?7)
-                     ON CONFLICT (tenant, endpoint, key) DO UPDATE SET
-                         state = 'completed', request_digest = excluded.request_digest, status = excluded.status,
-                         body = excluded.body, lease_until = NULL, created_at = excluded.created_at
-                     WHERE (idempotency.state = 'pending' AND idempotency.request_digest = excluded.request_digest)
-                        OR (idempotency.state = 'completed' AND idempotency.created_at <= ?8)",
-                    params![
-                        record.tenant,
-                        record.endpoint,
-                        record.key,
-                        record.request_digest,
-                        record.status,
-                        to_json(&record.body)?,
-                        record.created_at,
-                        record.created_at.saturating_sub(IDEMPOTENCY_RETENTION_MS)
-                    ],
-                )
-                .map_err(unavailable)?;
-            if inserted == 0 {
-                let existing = find_record(&tx, &record.tenant, &record.endpoint, &record.key)?;
-                return existing.map(CreateResult::Existing).ok_or(StoreError::Conflict);
-            }
+        let write = Write::Create {
+            run: RunRows::of(run, &Changes::all())?,
+            events: event_rows(events)?,
+            tasks: task_rows(&run.run_id, effects)?,
+            idempotency: idempotency
+                .map(|record| Ok::<_, StoreError>((record.clone(), to_json(&record.body)?)))
+                .transpose()?,
+        };
+        match self.writer.write(write).await? {
+            Answer::Done => {}
+            Answer::Existing(record) => return Ok(CreateResult::Existing(record)),
+            Answer::Conflict => return Err(StoreError::Conflict),
         }
-        let state = insert_run(&tx, run)?;
-        let events = insert_events(&tx, &run.run_id, events)?;
-        let tasks = insert_tasks(&tx, &run.run_id, effects)?;
-        tx.commit().map_err(unavailable)?;
-        self.counters.wrote(state.0 + events.0 + tasks.0, state.1 + events.1 + tasks.1);
         Ok(CreateResult::Created)
     }
 
@@ -477,14 +406,16 @@ impl RunStore for SqliteStore {
         if run.version != expected_version.saturating_add(1) {
             return Err(StoreError::VersionSkip { expected: expected_version, found: run.version });
         }
-        let mut connection = self.lock();
-        self.hot.forget(&run.run_id);
-        let tx = connection.transaction().map_err(unavailable)?;
-        let Some(state) = update_run(&tx, run, expected_version, changes)? else { return Err(StoreError::Conflict) };
-        let events = insert_events(&tx, &run.run_id, events)?;
-        let tasks = insert_tasks(&tx, &run.run_id, effects)?;
-        tx.commit().map_err(unavailable)?;
-        self.counters.wrote(state.0 + events.0 + tasks.0, state.1 + events.1 + tasks.1);
+        let write = Write::Commit {
+            run: RunRows::of(run, changes)?,
+            expected_version,
+            events: event_rows(events)?,
+            tasks: task_rows(&run.run_id, effects)?,
+        };
+        match self.writer.write(write).await? {
+            Answer::Done => {}
+            Answer::Conflict | Answer::Existing(_) => return Err(StoreError::Conflict),
+        }
         Ok(())
     }
 
@@ -678,7 +609,7 @@ impl RunStore for SqliteStore {
 #[async_trait]
 impl EffectSink for SqliteStore {
     async fn send(&self, run_id: &str, effects: &[Effect]) -> Result<(), StoreError> {
-        insert_tasks(&self.lock(), run_id, effects).map(|_| ())
+        insert_tasks(&self.lock(), run_id, &task_rows(run_id, effects)?).map(|_| ())
     }
 
     /// The commit itself wrote these effects as task rows: nothing to send.
@@ -728,15 +659,10 @@ impl LocalQueue for SqliteStore {
     }
 
     async fn ack_many(&self, task_ids: &[String]) -> Result<(), StoreError> {
-        let mut connection = self.lock();
-        let tx = connection.transaction().map_err(unavailable)?;
-        {
-            let mut delete = tx.prepare_cached("DELETE FROM tasks WHERE task_id = ?1").map_err(unavailable)?;
-            for task_id in task_ids {
-                delete.execute([task_id]).map_err(unavailable)?;
-            }
+        if task_ids.is_empty() {
+            return Ok(());
         }
-        tx.commit().map_err(unavailable)
+        self.writer.write(Write::Ack(task_ids.to_vec())).await.map(|_| ())
     }
 
     async fn release(&self, task_id: &str, visible_at: Millis) -> Result<(), StoreError> {

@@ -227,7 +227,8 @@ impl Default for WorkerOptions {
 }
 
 /// Claims and processes due tasks of `queue` until `shutdown` turns true. Steps, timers and
-/// notices run in the loop, one after another; activity attempts (`Execute` tasks) are
+/// notices of a claimed batch run in the loop — the runs concurrently, each run's tasks in
+/// order; activity attempts (`Execute` tasks) are
 /// spawned and execute at most `max_concurrent_activities` at once (one that finds no slot
 /// waits for one, renewing its lease), and settle their own deliveries.
 pub async fn run_loop(
@@ -258,6 +259,7 @@ pub async fn run_loop(
         // per task. A crash before that only redelivers tasks whose work is committed, which
         // they detect and acknowledge.
         let mut finished = Vec::with_capacity(tasks.len());
+        let mut by_run: Vec<(String, Vec<Task>)> = Vec::new();
         let mut inline = 0;
         for task in tasks {
             if matches!(task.effect, Effect::Execute { .. }) {
@@ -289,9 +291,32 @@ pub async fn run_loop(
                 continue;
             }
             inline += 1;
-            let result = process_task(&services, &task, &context).await;
-            if settle(&services, queue.as_ref(), &task, result, options.max_deliveries).await {
-                finished.push(task.id.clone());
+            match by_run.iter_mut().find(|(run_id, _)| *run_id == task.run_id) {
+                Some((_, tasks)) => tasks.push(task),
+                None => by_run.push((task.run_id.clone(), vec![task])),
+            }
+        }
+        // Runs advance concurrently (their commits share the store's group commits); the
+        // tasks of one run stay in order.
+        let mut runs = JoinSet::new();
+        for (_, tasks) in by_run {
+            let (services, queue, context) = (services.clone(), queue.clone(), context.clone());
+            let max = options.max_deliveries;
+            runs.spawn(async move {
+                let mut finished = Vec::with_capacity(tasks.len());
+                for task in tasks {
+                    let result = process_task(&services, &task, &context).await;
+                    if settle(&services, queue.as_ref(), &task, result, max).await {
+                        finished.push(task.id);
+                    }
+                }
+                finished
+            });
+        }
+        while let Some(done) = runs.join_next().await {
+            match done {
+                Ok(ids) => finished.extend(ids),
+                Err(err) => error!(error = %err, "a run's tasks panicked; they will be redelivered"),
             }
         }
         if let Err(err) = queue.ack_many(&finished).await {

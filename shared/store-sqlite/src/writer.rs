@@ -1,0 +1,396 @@
+//! Group commit. Run creations, commits and task acknowledgements are serialized by their
+//! callers (outside any lock) and queued to one writer thread, which takes everything queued
+//! — up to [`MAX_GROUP`] writes — and applies it in one transaction, each write inside its
+//! own savepoint (a write that loses its version race or finds its idempotency key taken is
+//! rolled back alone), then commits once: one fsync for the whole group, with
+//! `synchronous=FULL` unchanged. While the writer waits on the disk, the next group queues.
+//! A caller's future resolves once its group is durable.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use rusqlite::{params, Connection};
+use tokio::sync::oneshot;
+use trellis_core::engine::Effect;
+use trellis_core::interrupt::{counted_vote, Vote};
+use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
+use trellis_core::ports::IdempotencyRecord;
+use trellis_core::{RunEvent, StoreError};
+
+use crate::cache::HotRuns;
+use crate::records::{RunRows, Written};
+use crate::store::{find_record, to_json, unavailable};
+use crate::usage::Counters;
+
+/// Writes applied in one transaction at most.
+pub(crate) const MAX_GROUP: usize = 256;
+
+/// An event row and the vote it casts.
+#[derive(Debug)]
+pub(crate) struct EventRow {
+    sequence: u64,
+    event_type: String,
+    node_id: Option<String>,
+    payload: String,
+    timestamp: u64,
+    causation: Option<u64>,
+    vote: Option<(String, Vote)>,
+}
+
+/// Serializes `events`.
+pub(crate) fn event_rows(events: &[RunEvent]) -> Result<Vec<EventRow>, StoreError> {
+    events
+        .iter()
+        .map(|event| {
+            Ok(EventRow {
+                sequence: event.sequence,
+                event_type: event.event_type.clone(),
+                node_id: event.node_id.clone(),
+                payload: to_json(&event.payload)?,
+                timestamp: event.timestamp,
+                causation: event.causation,
+                vote: counted_vote(event),
+            })
+        })
+        .collect()
+}
+
+/// A task row: `(task id, effect document, due at)`.
+pub(crate) type TaskRow = (String, String, u64);
+
+/// Serializes `effects` of `run_id` as task rows.
+pub(crate) fn task_rows(run_id: &str, effects: &[Effect]) -> Result<Vec<TaskRow>, StoreError> {
+    effects.iter().map(|effect| Ok((effect.task_id(run_id), to_json(effect)?, effect.due_at()))).collect()
+}
+
+/// One queued write.
+#[derive(Debug)]
+pub(crate) enum Write {
+    /// A new run (and the idempotency record answering its request).
+    Create {
+        run: RunRows,
+        events: Vec<EventRow>,
+        tasks: Vec<TaskRow>,
+        idempotency: Option<(IdempotencyRecord, String)>,
+    },
+    /// A commit against `expected_version`.
+    Commit { run: RunRows, expected_version: u64, events: Vec<EventRow>, tasks: Vec<TaskRow> },
+    /// Finished tasks to delete.
+    Ack(Vec<String>),
+}
+
+/// How a write ended.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Written.
+    Done,
+    /// Not written: the run's version moved (commit), or the idempotency key is claimed by
+    /// another request (create).
+    Conflict,
+    /// Not written: the idempotency key already holds this finished answer.
+    Existing(IdempotencyRecord),
+}
+
+type Job = (Write, oneshot::Sender<Result<Answer, StoreError>>);
+
+/// The handle to the writer thread; dropping it stops the thread (after the writes queued).
+pub(crate) struct Writer {
+    queue: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writer {
+    /// Starts the writer over `connection`.
+    pub(crate) fn start(connection: Arc<Mutex<Connection>>, counters: Arc<Counters>, hot: Arc<HotRuns>) -> Self {
+        let (queue, jobs) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("trellis-sqlite-writer".into())
+            .spawn(move || run(&jobs, &connection, &counters, &hot))
+            .ok();
+        Self { queue: Some(queue), thread }
+    }
+
+    /// Queues `write` and waits until its group is durable.
+    pub(crate) async fn write(&self, write: Write) -> Result<Answer, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let gone = || StoreError::Unavailable("the store's writer has stopped".to_owned());
+        self.queue.as_ref().ok_or_else(gone)?.send((write, reply)).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn lock(connection: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn run(jobs: &Receiver<Job>, connection: &Mutex<Connection>, counters: &Counters, hot: &HotRuns) {
+    while let Ok(first) = jobs.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        let connection = lock(connection);
+        let answers = apply_group(&connection, counters, hot, group.iter().map(|(write, _)| write));
+        drop(connection);
+        for ((_, reply), answer) in group.into_iter().zip(answers) {
+            let _ = reply.send(answer);
+        }
+    }
+}
+
+/// Applies `writes` in one transaction; one answer per write. If the transaction cannot
+/// commit, every write fails (nothing of the group is written).
+fn apply_group<'a>(
+    connection: &Connection,
+    counters: &Counters,
+    hot: &HotRuns,
+    writes: impl Iterator<Item = &'a Write>,
+) -> Vec<Result<Answer, StoreError>> {
+    let writes: Vec<&Write> = writes.collect();
+    if let Err(error) = connection.execute_batch("BEGIN IMMEDIATE") {
+        return writes.iter().map(|_| Err(unavailable_ref(&error))).collect();
+    }
+    let mut answers = Vec::with_capacity(writes.len());
+    let mut written: Written = (0, 0);
+    for write in &writes {
+        if let Write::Commit { run, .. } = write {
+            hot.forget(run.run_id());
+        }
+        let answer = savepoint(connection, |connection| apply(connection, write, &mut written));
+        answers.push(answer);
+    }
+    match connection.execute_batch("COMMIT") {
+        Ok(()) => {
+            counters.wrote(written.0, written.1);
+            answers
+        }
+        Err(error) => {
+            let _ = connection.execute_batch("ROLLBACK");
+            answers.iter().map(|_| Err(unavailable_ref(&error))).collect()
+        }
+    }
+}
+
+fn unavailable_ref(error: &rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(error.to_string())
+}
+
+/// Runs `body` in a savepoint, rolled back unless it answers [`Answer::Done`].
+fn savepoint(
+    connection: &Connection,
+    body: impl FnOnce(&Connection) -> Result<Answer, StoreError>,
+) -> Result<Answer, StoreError> {
+    connection.execute_batch("SAVEPOINT write").map_err(unavailable)?;
+    let answer = body(connection);
+    let keep = matches!(answer, Ok(Answer::Done));
+    let end = if keep { "RELEASE write" } else { "ROLLBACK TO write; RELEASE write" };
+    connection.execute_batch(end).map_err(unavailable)?;
+    answer
+}
+
+fn apply(connection: &Connection, write: &Write, written: &mut Written) -> Result<Answer, StoreError> {
+    let mut mine: Written = (0, 0);
+    match write {
+        Write::Create { run, events, tasks, idempotency } => {
+            if let Some((record, body)) = idempotency {
+                if !record_answer(connection, record, body)? {
+                    let existing = find_record(connection, &record.tenant, &record.endpoint, &record.key)?;
+                    return Ok(existing.map_or(Answer::Conflict, Answer::Existing));
+                }
+            }
+            add(&mut mine, run.insert(connection)?);
+            add(&mut mine, insert_events(connection, run.run_id(), events)?);
+            add(&mut mine, insert_tasks(connection, run.run_id(), tasks)?);
+        }
+        Write::Commit { run, expected_version, events, tasks } => {
+            let Some(rows) = run.update(connection, *expected_version)? else { return Ok(Answer::Conflict) };
+            add(&mut mine, rows);
+            add(&mut mine, insert_events(connection, run.run_id(), events)?);
+            add(&mut mine, insert_tasks(connection, run.run_id(), tasks)?);
+        }
+        Write::Ack(task_ids) => {
+            let mut delete = connection.prepare_cached("DELETE FROM tasks WHERE task_id = ?1").map_err(unavailable)?;
+            for task_id in task_ids {
+                delete.execute([task_id]).map_err(unavailable)?;
+            }
+        }
+    }
+    add(written, mine);
+    Ok(Answer::Done)
+}
+
+fn add(total: &mut Written, more: Written) {
+    total.0 += more.0;
+    total.1 += more.1;
+}
+
+/// Completes the caller's pending claim, or records afresh; a finished record wins (one older
+/// than the retention is absent: it is replaced). `false` when the key is taken.
+fn record_answer(connection: &Connection, record: &IdempotencyRecord, body: &str) -> Result<bool, StoreError> {
+    let inserted = connection
+        .prepare_cached(
+            "INSERT INTO idempotency (tenant, endpoint, key, request_digest, state, status, body, created_at)
+             VALUES (?1, ?2, ?3, ?4, 'completed', ?5, ?6, ?7)
+             ON CONFLICT (tenant, endpoint, key) DO UPDATE SET
+                 state = 'completed', request_digest = excluded.request_digest, status = excluded.status,
+                 body = excluded.body, lease_until = NULL, created_at = excluded.created_at
+             WHERE (idempotency.state = 'pending' AND idempotency.request_digest = excluded.request_digest)
+                OR (idempotency.state = 'completed' AND idempotency.created_at <= ?8)",
+        )
+        .map_err(unavailable)?
+        .execute(params![
+            record.tenant,
+            record.endpoint,
+            record.key,
+            record.request_digest,
+            record.status,
+            body,
+            record.created_at,
+            record.created_at.saturating_sub(IDEMPOTENCY_RETENTION_MS)
+        ])
+        .map_err(unavailable)?;
+    Ok(inserted > 0)
+}
+
+/// Appends event rows and records the votes they cast.
+fn insert_events(connection: &Connection, run_id: &str, events: &[EventRow]) -> Result<Written, StoreError> {
+    let mut written: Written = (0, 0);
+    let mut insert = connection
+        .prepare_cached(
+            "INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp, causation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(unavailable)?;
+    let mut vote = connection
+        .prepare_cached(
+            "INSERT INTO votes (run_id, interrupt_id, voter, action, decided_by, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (run_id, interrupt_id, voter) DO UPDATE SET
+                 action = excluded.action, decided_by = excluded.decided_by, at = excluded.at",
+        )
+        .map_err(unavailable)?;
+    for event in events {
+        insert
+            .execute(params![
+                run_id,
+                event.sequence,
+                event.event_type,
+                event.node_id,
+                event.payload,
+                event.timestamp,
+                event.causation
+            ])
+            .map_err(unavailable)?;
+        written = (written.0 + 1, written.1 + event.payload.len());
+        if let Some((interrupt_id, cast)) = &event.vote {
+            vote.execute(params![run_id, interrupt_id, cast.voter, cast.action, cast.decided_by, cast.at])
+                .map_err(unavailable)?;
+            written.0 += 1;
+        }
+    }
+    Ok(written)
+}
+
+/// Enqueues task rows (re-enqueueing an id is a no-op).
+pub(crate) fn insert_tasks(connection: &Connection, run_id: &str, tasks: &[TaskRow]) -> Result<Written, StoreError> {
+    let mut insert = connection
+        .prepare_cached("INSERT OR IGNORE INTO tasks (task_id, run_id, effect, due_at) VALUES (?1, ?2, ?3, ?4)")
+        .map_err(unavailable)?;
+    let mut written: Written = (0, 0);
+    for (task_id, document, due_at) in tasks {
+        written.1 += document.len();
+        written.0 += insert.execute(params![task_id, run_id, document, due_at]).map_err(unavailable)? as u64;
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use trellis_core::model::Workflow;
+    use trellis_core::ports::RunStore;
+    use trellis_core::run::Changes;
+    use trellis_core::testing::pending_run;
+
+    use super::*;
+    use crate::SqliteStore;
+
+    fn workflow() -> Workflow {
+        Workflow::compile(json!({"id": "one", "name": "one", "nodes": [{"id": "a", "typeId": "core.noop"}]})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_group_commits_together_and_a_lost_race_is_rolled_back_alone() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let workflow = workflow();
+        let mut first = pending_run(&workflow, "run-1", "t");
+        store.create_run(&first, &[], &[], None).await.unwrap();
+        first.version += 1;
+        // A second commit of run-1 against version 0, which the first moved on.
+        let mut stale = pending_run(&workflow, "run-1", "t");
+        stale.version = 1;
+        let second = pending_run(&workflow, "run-2", "t");
+        let writes = [
+            Write::Commit {
+                run: RunRows::of(&first, &Changes::all()).unwrap(),
+                expected_version: 0,
+                events: vec![],
+                tasks: vec![],
+            },
+            Write::Commit {
+                run: RunRows::of(&stale, &Changes::all()).unwrap(),
+                expected_version: 0,
+                events: vec![],
+                tasks: vec![],
+            },
+            Write::Create {
+                run: RunRows::of(&second, &Changes::all()).unwrap(),
+                events: vec![],
+                tasks: task_rows("run-2", &[Effect::Deadline { due_at: 9 }]).unwrap(),
+                idempotency: None,
+            },
+        ];
+        let answers = {
+            let guard = store.connection.lock().unwrap();
+            apply_group(&guard, &Counters::default(), &HotRuns::default(), writes.iter())
+        };
+        let answers: Vec<String> = answers.into_iter().map(|answer| format!("{answer:?}")).collect();
+        assert_eq!(answers, ["Ok(Done)", "Ok(Conflict)", "Ok(Done)"]);
+        assert_eq!(store.load_run("run-1").await.unwrap().unwrap().version, 1);
+        assert!(store.load_run("run-2").await.unwrap().is_some());
+        let counts = store.table_counts().unwrap();
+        assert!(counts.contains(&("tasks", 1)), "{counts:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_writers_all_get_their_own_answer() {
+        let store = Arc::new(SqliteStore::open_in_memory().unwrap());
+        let workflow = Arc::new(workflow());
+        let mut creates = tokio::task::JoinSet::new();
+        for i in 0..64 {
+            let (store, workflow) = (store.clone(), workflow.clone());
+            creates.spawn(async move {
+                let run = pending_run(&workflow, &format!("run-{i}"), "t");
+                store.create_run(&run, &[], &[], None).await
+            });
+        }
+        while let Some(created) = creates.join_next().await {
+            assert!(matches!(created.unwrap(), Ok(trellis_core::ports::CreateResult::Created)));
+        }
+        assert!(store.table_counts().unwrap().contains(&("runs", 64)));
+    }
+}
