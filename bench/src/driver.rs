@@ -1,136 +1,138 @@
-//! Starts the host, measures start-up, runs each scenario with concurrent clients, reads the
-//! peak RSS, and formats the report.
+//! Throughput: each scenario driven by N closed-loop clients (create → long-poll to the
+//! terminal page, then the next run), after a warm-up that is not measured. The host's CPU
+//! (from its own `/proc/<pid>/stat`, not this process's) is read before and after the
+//! measured window, as is the machine's load.
 
-use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use crate::error::{BenchError, Fallible};
+use crate::host::Host;
+use crate::procfs::{self, CpuSample, CpuUsed};
+use crate::scenarios::Scenario;
 
-use crate::scenarios::{self, Scenario};
-
-const KEY: &str = "bench-key";
-
-struct Figures {
-    runs: usize,
-    steps: usize,
-    wall: Duration,
-    latencies: Vec<Duration>,
+/// What one scenario measured.
+pub(crate) struct Measured {
+    /// The scenario's `--scenarios` name.
+    pub(crate) name: &'static str,
+    /// Nodes one run executes.
+    pub(crate) nodes: usize,
+    /// Runs measured.
+    pub(crate) runs: usize,
+    /// First create of the window to last terminal page.
+    pub(crate) wall: Duration,
+    /// Create sent → terminal page read, per run, sorted.
+    pub(crate) latencies: Vec<Duration>,
+    /// CPU used in the window.
+    pub(crate) cpu: CpuUsed,
+    /// The 1-minute load average before and after the window.
+    pub(crate) load: (Option<f64>, Option<f64>),
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+impl Measured {
+    /// Steps executed.
+    pub(crate) fn steps(&self) -> usize {
+        self.runs * self.nodes
+    }
+
+    /// The `p` quantile of the latencies.
+    pub(crate) fn percentile(&self, p: f64) -> Duration {
+        percentile(&self.latencies, p)
+    }
+}
+
+/// The `p` quantile of `sorted` (zero when empty).
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index.min(sorted.len() - 1)]
 }
 
-/// Follows one run to its end (see [`crate::follow`]); it must complete.
-async fn one_run(http: &reqwest::Client, base: &str, workflow: &str, resolve: Option<&(&str, Value)>) -> Duration {
-    let followed = crate::follow::follow_run(http, base, KEY, workflow, resolve).await;
-    assert_eq!(followed.status, "completed", "benchmark runs must complete");
-    followed.terminal - followed.sent
+/// What a client needs to start and follow runs of one scenario, owned so that each client
+/// is its own task.
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    workflow: &'static str,
+    name: &'static str,
+    resolve: Option<(&'static str, serde_json::Value)>,
 }
 
-async fn drive(base: &str, scenario: &Scenario, clients: usize, runs: usize) -> Figures {
-    let http = reqwest::Client::new();
-    let started = Instant::now();
-    let per_client = runs.div_ceil(clients);
-    let tasks: Vec<_> = (0..clients)
+impl Client {
+    /// Follows one run to its end; it must complete.
+    async fn one_run(&self) -> Fallible<Duration> {
+        let followed =
+            crate::follow::follow_run(&self.http, &self.base, &self.key, self.workflow, self.resolve.as_ref()).await?;
+        if followed.status != "completed" {
+            return Err(BenchError::new(
+                "run_not_completed",
+                format!("a {} run ended {} (benchmark runs must complete)", self.name, followed.status),
+            ));
+        }
+        Ok(followed.terminal - followed.sent)
+    }
+}
+
+/// `clients` clients running `per_client` runs each, back to back; the latencies, sorted.
+async fn closed_loop(client: &Client, clients: usize, per_client: usize) -> Fallible<Vec<Duration>> {
+    let tasks: Vec<_> = (0..clients.max(1))
         .map(|_| {
-            let (http, base, id, resolve) = (http.clone(), base.to_owned(), scenario.id, scenario.resolve.clone());
+            let client = client.clone();
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(per_client);
                 for _ in 0..per_client {
-                    latencies.push(one_run(&http, &base, id, resolve.as_ref()).await);
+                    latencies.push(client.one_run().await?);
                 }
-                latencies
+                Ok::<_, BenchError>(latencies)
             })
         })
         .collect();
-    let mut latencies = Vec::new();
+    let mut all = Vec::with_capacity(clients * per_client);
     for task in tasks {
-        latencies.extend(task.await.expect("client task"));
+        let latencies = task.await.map_err(|e| BenchError::new("client_failed", format!("client task: {e}")))?;
+        all.extend(latencies?);
     }
+    all.sort();
+    Ok(all)
+}
+
+/// Warms `scenario` up with `warmup` runs (spread over the clients), then measures `runs`
+/// runs (rounded up to a multiple of `clients`).
+pub(crate) async fn measure(
+    host: &Host,
+    scenario: &Scenario,
+    clients: usize,
+    runs: usize,
+    warmup: usize,
+) -> Fallible<Measured> {
+    let client = Client {
+        http: reqwest::Client::new(),
+        base: host.base.clone(),
+        key: host.key.clone(),
+        workflow: scenario.id,
+        name: scenario.name,
+        resolve: scenario.resolve.clone(),
+    };
+    let clients = clients.max(1);
+    if warmup > 0 {
+        closed_loop(&client, clients, warmup.div_ceil(clients)).await?;
+    }
+    let load_before = procfs::load1();
+    let before = CpuSample::now(host.pid);
+    let started = Instant::now();
+    let latencies = closed_loop(&client, clients, runs.div_ceil(clients)).await?;
     let wall = started.elapsed();
-    latencies.sort();
-    Figures { runs: latencies.len(), steps: latencies.len() * scenario.nodes, wall, latencies }
-}
-
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find(|line| line.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Runs the whole benchmark and returns the report.
-pub(crate) async fn run(trellis: &Path, memory: bool, clients: usize, runs: usize) -> String {
-    let workdir = tempfile::tempdir().expect("temp dir");
-    let workflows = workdir.path().join("workflows");
-    std::fs::create_dir_all(&workflows).expect("workflow dir");
-    let scenarios = scenarios::all();
-    for scenario in &scenarios {
-        let path = workflows.join(format!("{}.json", scenario.id));
-        std::fs::write(path, scenario.definition.to_string()).expect("write workflow");
-    }
-    std::fs::write(workflows.join("bench-worker.json"), scenarios::worker().to_string()).expect("write workflow");
-    let mut command = Command::new(trellis);
-    command
-        .args(["serve", "--bind", "127.0.0.1:0", "--workflows"])
-        .arg(&workflows)
-        .env("TRELLIS_API_KEY", KEY)
-        // The dispatch scenario's scripted supervisor plan is honoured for a test-scope key.
-        .env("OPENWOP_TEST_SEAM_ENABLED", "true")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    if memory {
-        command.arg("--memory");
-    } else {
-        command.arg("--data-dir").arg(workdir.path().join("data"));
-    }
-    let spawned = Instant::now();
-    let mut child = command.spawn().expect("start trellis (build it with `cargo build --release -p trellis`)");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("address line");
-    let base = line.trim().rsplit(' ').next().expect("address").to_owned();
-    let http = reqwest::Client::new();
-    while http.get(format!("{base}/.well-known/openwop")).send().await.map(|r| r.status().as_u16()).ok() != Some(200) {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let startup = spawned.elapsed();
-
-    let mut report = String::new();
-    let mode = if memory { "--memory" } else { "durable data dir (SQLite WAL, synchronous=FULL)" };
-    let _ = writeln!(report, "trellis-bench: {mode}, {clients} concurrent clients, {runs} runs per scenario");
-    let _ = writeln!(report, "start-up to first discovery answer: {:.1} ms", startup.as_secs_f64() * 1000.0);
-    let _ = writeln!(
-        report,
-        "{:<18} {:>6} {:>9} {:>10} {:>10} {:>10}",
-        "scenario", "runs", "runs/s", "steps/s", "p50 ms", "p99 ms"
-    );
-    for scenario in &scenarios {
-        let figures = drive(&base, scenario, clients, runs).await;
-        let seconds = figures.wall.as_secs_f64();
-        let _ = writeln!(
-            report,
-            "{:<18} {:>6} {:>9.1} {:>10.1} {:>10.1} {:>10.1}",
-            scenario.id,
-            figures.runs,
-            figures.runs as f64 / seconds,
-            figures.steps as f64 / seconds,
-            percentile(&figures.latencies, 0.50).as_secs_f64() * 1000.0,
-            percentile(&figures.latencies, 0.99).as_secs_f64() * 1000.0,
-        );
-    }
-    match peak_rss_kib(child.id()) {
-        Some(kib) => {
-            let _ = writeln!(report, "peak RSS of the host: {:.1} MiB", kib as f64 / 1024.0);
-        }
-        None => {
-            let _ = writeln!(report, "peak RSS of the host: not readable on this system");
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    report
+    let cpu = CpuSample::now(host.pid).since(&before);
+    Ok(Measured {
+        name: scenario.name,
+        nodes: scenario.nodes,
+        runs: latencies.len(),
+        wall,
+        latencies,
+        cpu,
+        load: (load_before, procfs::load1()),
+    })
 }

@@ -36,7 +36,9 @@ pub(crate) use crate::follow::Followed as Outcome;
 
 /// Creates one run of `workflow` and long-polls its events until the terminal page.
 async fn one_run(http: &reqwest::Client, base: &str, workflow: &str) -> Outcome {
-    crate::follow::follow_run(http, base, KEY, workflow, None).await
+    crate::follow::follow_run(http, base, KEY, workflow, None)
+        .await
+        .unwrap_or_else(|error| panic!("trellis-bench-http: {error}"))
 }
 
 /// What a set of runs measured.

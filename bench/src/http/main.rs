@@ -13,6 +13,8 @@
 //! CPU is utime + stime of `/proc/<pid>/stat` before and after each scenario. Prints
 //! figures; asserts nothing.
 
+#[path = "../error.rs"]
+mod error;
 #[path = "../follow.rs"]
 mod follow;
 mod host;
