@@ -47,6 +47,11 @@ pub trait WorkflowStore: Send + Sync {
     async fn put_workflow(&self, workflow: &StoredWorkflow, now: Millis) -> Result<(), StoreError>;
     /// The most recently stored version of `workflow_id` in `namespace`.
     async fn latest_workflow(&self, namespace: &str, workflow_id: &str) -> Result<Option<StoredWorkflow>, StoreError>;
+    /// The content hash of the most recently stored version of `workflow_id` in `namespace`
+    /// (what a run of it is pinned to; a store can answer without reading the document).
+    async fn latest_workflow_hash(&self, namespace: &str, workflow_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.latest_workflow(namespace, workflow_id).await?.map(|stored| stored.content_hash))
+    }
     /// One exact version.
     async fn workflow_version(
         &self,
@@ -136,9 +141,9 @@ pub trait RunStore: Send + Sync {
         events: &[RunEvent],
         effects: &[Effect],
     ) -> Result<(), StoreError>;
-    /// The run as a snapshot or a listing shows it: a store may leave out every node record
-    /// but the one a live run waits at ([`RunState::current_node`]; a finished run's snapshot
-    /// shows none). The default is [`RunStore::load_run`].
+    /// The run as a snapshot, a listing or an event page needs it: a store may leave out the
+    /// records of nodes that are not active ([`crate::run::NodeState::is_active`]; a finished
+    /// run has none). The default is [`RunStore::load_run`].
     async fn load_run_summary(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
         self.load_run(run_id).await
     }

@@ -42,15 +42,15 @@ impl HotRuns {
         self.lock().runs.get(run_id).map(|(_, run)| run.clone())
     }
 
-    /// What a snapshot of the run needs, if kept: its header, its variables and the node it
-    /// waits at (copying no other node).
+    /// The run's summary, if kept: its header, its variables and its active nodes (copying
+    /// no other node).
     pub(crate) fn summary(&self, run_id: &str) -> Option<RunState> {
         let inner = self.lock();
         let (_, run) = inner.runs.get(run_id)?;
         let mut summary = run.header();
         summary.variables = run.variables.clone();
         summary.edges = run.edges.clone();
-        if let Some((node_id, node)) = run.current_node().and_then(|id| run.nodes.get_key_value(id)) {
+        for (node_id, node) in run.nodes.iter().filter(|(_, node)| node.is_active()) {
             summary.nodes.insert(node_id.clone(), node.clone());
         }
         Some(summary)

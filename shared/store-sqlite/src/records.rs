@@ -56,8 +56,8 @@ pub(crate) struct RunRows {
     edges: String,
     /// Every node and variable row is rewritten (the run's other rows deleted first).
     all: bool,
-    /// `(node id, state)`; `None` deletes the row.
-    nodes: Vec<(String, Option<String>)>,
+    /// `(node id, (active, state))`; `None` deletes the row.
+    nodes: Vec<(String, Option<(bool, String)>)>,
     /// `(name, value)`; `None` deletes the row.
     variables: Vec<(String, Option<String>)>,
 }
@@ -80,7 +80,10 @@ impl RunRows {
             all: changes.all,
             nodes: nodes
                 .into_iter()
-                .map(|id| Ok((id.clone(), run.nodes.get(id).map(to_json).transpose()?)))
+                .map(|id| {
+                    let node = run.nodes.get(id).map(|node| Ok::<_, StoreError>((node.is_active(), to_json(node)?)));
+                    Ok((id.clone(), node.transpose()?))
+                })
                 .collect::<Result<_, StoreError>>()?,
             variables: variables
                 .into_iter()
@@ -141,33 +144,41 @@ impl RunRows {
             }
         }
         let mut written: Written = (0, 0);
-        let statements = [
-            (
-                &self.nodes,
-                "INSERT OR REPLACE INTO run_nodes (run_id, node_id, state) VALUES (?1, ?2, ?3)",
-                "DELETE FROM run_nodes WHERE run_id = ?1 AND node_id = ?2",
-            ),
-            (
-                &self.variables,
-                "INSERT OR REPLACE INTO run_variables (run_id, name, value) VALUES (?1, ?2, ?3)",
-                "DELETE FROM run_variables WHERE run_id = ?1 AND name = ?2",
-            ),
-        ];
-        for (rows, put, drop) in statements {
-            let mut put = connection.prepare_cached(put).map_err(unavailable)?;
-            let mut drop = connection.prepare_cached(drop).map_err(unavailable)?;
-            for (key, document) in rows {
-                match document {
-                    Some(document) => {
-                        put.execute(params![self.run_id, key, document]).map_err(unavailable)?;
-                        written.1 += document.len();
-                    }
-                    None => {
-                        drop.execute(params![self.run_id, key]).map_err(unavailable)?;
-                    }
+        let mut put = connection
+            .prepare_cached("INSERT OR REPLACE INTO run_nodes (run_id, node_id, active, state) VALUES (?1, ?2, ?3, ?4)")
+            .map_err(unavailable)?;
+        let mut drop = connection
+            .prepare_cached("DELETE FROM run_nodes WHERE run_id = ?1 AND node_id = ?2")
+            .map_err(unavailable)?;
+        for (node_id, node) in &self.nodes {
+            match node {
+                Some((active, document)) => {
+                    put.execute(params![self.run_id, node_id, active, document]).map_err(unavailable)?;
+                    written.1 += document.len();
                 }
-                written.0 += 1;
+                None => {
+                    drop.execute(params![self.run_id, node_id]).map_err(unavailable)?;
+                }
             }
+            written.0 += 1;
+        }
+        let mut put = connection
+            .prepare_cached("INSERT OR REPLACE INTO run_variables (run_id, name, value) VALUES (?1, ?2, ?3)")
+            .map_err(unavailable)?;
+        let mut drop = connection
+            .prepare_cached("DELETE FROM run_variables WHERE run_id = ?1 AND name = ?2")
+            .map_err(unavailable)?;
+        for (name, value) in &self.variables {
+            match value {
+                Some(document) => {
+                    put.execute(params![self.run_id, name, document]).map_err(unavailable)?;
+                    written.1 += document.len();
+                }
+                None => {
+                    drop.execute(params![self.run_id, name]).map_err(unavailable)?;
+                }
+            }
+            written.0 += 1;
         }
         Ok(written)
     }
@@ -178,8 +189,8 @@ impl RunRows {
 pub(crate) enum Depth {
     /// Everything.
     Full,
-    /// The header and the variables, and the nodes only while the run is live (a finished
-    /// run's snapshot needs no node): what a snapshot or a listing shows.
+    /// The header, the variables and the active nodes (scheduled, parked, waiting,
+    /// executing): what a snapshot, a listing or an event page needs.
     Summary,
 }
 
@@ -200,8 +211,11 @@ pub(crate) fn read_run(
     let mut run: RunState = serde_json::from_str(&header).map_err(corrupt)?;
     run.edges = decode_edges(&edges)?;
     if depth == Depth::Full || !run.status.is_terminal() {
-        let mut query =
-            connection.prepare_cached("SELECT node_id, state FROM run_nodes WHERE run_id = ?1").map_err(unavailable)?;
+        let sql = match depth {
+            Depth::Full => "SELECT node_id, state FROM run_nodes WHERE run_id = ?1",
+            Depth::Summary => "SELECT node_id, state FROM run_nodes WHERE run_id = ?1 AND active = 1",
+        };
+        let mut query = connection.prepare_cached(sql).map_err(unavailable)?;
         let rows = query.query_map([run_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)));
         for row in rows.map_err(unavailable)? {
             let (node_id, document) = row.map_err(unavailable)?;

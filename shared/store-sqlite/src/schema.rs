@@ -23,9 +23,10 @@ const IDEMPOTENCY_BY_AGE: &str = "CREATE INDEX IF NOT EXISTS idempotency_by_age 
 /// A run's node and variable records (layout 4, see `records`).
 pub(crate) const RUN_RECORDS: &str = "
 CREATE TABLE IF NOT EXISTS run_nodes (
-    run_id  TEXT NOT NULL,
-    node_id TEXT NOT NULL,
-    state   TEXT NOT NULL,
+    run_id  TEXT    NOT NULL,
+    node_id TEXT    NOT NULL,
+    active  INTEGER NOT NULL,
+    state   TEXT    NOT NULL,
     PRIMARY KEY (run_id, node_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS run_variables (

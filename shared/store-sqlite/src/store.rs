@@ -275,6 +275,20 @@ impl WorkflowStore for SqliteStore {
         newest_workflow(&self.lock(), &self.counters, namespace, workflow_id, None)
     }
 
+    async fn latest_workflow_hash(&self, namespace: &str, workflow_id: &str) -> Result<Option<String>, StoreError> {
+        let connection = self.lock();
+        let hash = connection
+            .prepare_cached(
+                "SELECT content_hash FROM workflows WHERE namespace = ?1 AND workflow_id = ?2 ORDER BY seq DESC LIMIT 1",
+            )
+            .map_err(unavailable)?
+            .query_row(params![namespace, workflow_id], |row| row.get::<_, String>(0))
+            .optional()
+            .map_err(unavailable)?;
+        self.counters.read(u64::from(hash.is_some()), 0);
+        Ok(hash)
+    }
+
     async fn workflow_version(
         &self,
         namespace: &str,

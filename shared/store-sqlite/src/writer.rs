@@ -4,7 +4,8 @@
 //! own savepoint (a write that loses its version race or finds its idempotency key taken is
 //! rolled back alone), then commits once: one fsync for the whole group, with
 //! `synchronous=FULL` unchanged. While the writer waits on the disk, the next group queues.
-//! A caller's future resolves once its group is durable.
+//! A caller's future resolves once its group is durable (a group of task acknowledgements
+//! alone is written without its own fsync, see [`apply_group`]).
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -160,12 +161,32 @@ fn apply_group<'a>(
     writes: impl Iterator<Item = &'a Write>,
 ) -> Vec<Result<Answer, StoreError>> {
     let writes: Vec<&Write> = writes.collect();
+    // Acknowledgements alone are not worth an fsync: a lost one only redelivers a finished
+    // task, which finds its work committed and is acknowledged again. The next durable
+    // commit makes them durable too (the WAL is synced as a whole).
+    let lazy = writes.iter().all(|write| matches!(write, Write::Ack(_)));
+    if lazy {
+        let _ = connection.execute_batch("PRAGMA synchronous = NORMAL");
+    }
+    let answers = apply_transaction(connection, counters, hot, &writes);
+    if lazy {
+        let _ = connection.execute_batch("PRAGMA synchronous = FULL");
+    }
+    answers
+}
+
+fn apply_transaction(
+    connection: &Connection,
+    counters: &Counters,
+    hot: &HotRuns,
+    writes: &[&Write],
+) -> Vec<Result<Answer, StoreError>> {
     if let Err(error) = connection.execute_batch("BEGIN IMMEDIATE") {
         return writes.iter().map(|_| Err(unavailable_ref(&error))).collect();
     }
     let mut answers = Vec::with_capacity(writes.len());
     let mut written: Written = (0, 0);
-    for write in &writes {
+    for write in writes {
         if let Write::Commit { run, .. } = write {
             hot.forget(run.run_id());
         }

@@ -143,7 +143,7 @@ impl Services {
     }
 
     /// [`Services::get_run`] as a snapshot shows it ([`crate::ports::RunStore::load_run_summary`]:
-    /// node records other than the current one may be left out).
+    /// the records of nodes that are not active may be left out).
     pub async fn get_run_summary(&self, tenant: &str, run_id: &str) -> Result<RunState, ServiceError> {
         match self.store.load_run_summary(run_id).await? {
             Some(run) if run.tenant == tenant => Ok(run),
@@ -170,7 +170,7 @@ impl Services {
         after: Option<u64>,
         limit: usize,
     ) -> Result<(RunState, Vec<RunEvent>), ServiceError> {
-        let run = self.get_run(tenant, run_id).await?;
+        let run = self.get_run_summary(tenant, run_id).await?;
         // The state is read before the events, so a terminal status is never shown without
         // its terminal event.
         let events = self.store.events_after(run_id, after, limit).await?;
@@ -268,8 +268,8 @@ impl Services {
     /// The compiled workflow a run is pinned to.
     pub async fn pinned_workflow(&self, run: &RunState) -> Result<Arc<Workflow>, ServiceError> {
         let pinned = &run.workflow;
-        if let Some(workflow) = self.compiled.lock().expect("cache lock").get(&pinned.content_hash) {
-            return Ok(workflow.clone());
+        if let Some(workflow) = self.compiled_by_hash(&pinned.content_hash) {
+            return Ok(workflow);
         }
         let stored = self
             .store
@@ -277,6 +277,11 @@ impl Services {
             .await?
             .ok_or(ServiceError::Internal)?;
         self.compile_cached(stored.document)
+    }
+
+    /// The compiled workflow of content hash `hash`, if compiled already.
+    fn compiled_by_hash(&self, hash: &str) -> Option<Arc<Workflow>> {
+        self.compiled.lock().expect("cache lock").get(hash).cloned()
     }
 
     fn compile_cached(&self, document: serde_json::Value) -> Result<Arc<Workflow>, ServiceError> {

@@ -116,6 +116,12 @@ impl Services {
         workflow_id: &str,
     ) -> Result<(String, Arc<Workflow>), ServiceError> {
         for namespace in [tenant, GLOBAL_NAMESPACE] {
+            // The hash is a keyed read of one column; the document is read (and compiled)
+            // only the first time this version is asked for.
+            let Some(hash) = self.store.latest_workflow_hash(namespace, workflow_id).await? else { continue };
+            if let Some(workflow) = self.compiled_by_hash(&hash) {
+                return Ok((namespace.to_owned(), workflow));
+            }
             if let Some(stored) = self.store.latest_workflow(namespace, workflow_id).await? {
                 return Ok((namespace.to_owned(), self.compile_cached(stored.document)?));
             }

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use trellis_core::timefmt::rfc3339;
+use trellis_core::ServiceError;
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
@@ -24,7 +25,10 @@ pub(crate) async fn bundle(
     Path(run_id): Path<String>,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::RunsRead)?;
-    let (run, mut events) = state.services.events(caller.tenant(), &run_id, None, MAX_EVENTS + 1).await?;
+    // The whole run (its node count is reported), read before its events.
+    let run = state.services.get_run(caller.tenant(), &run_id).await?;
+    let mut events =
+        state.services.store.events_after(&run_id, None, MAX_EVENTS + 1).await.map_err(ServiceError::from)?;
     let truncated = events.len() > MAX_EVENTS;
     events.truncate(MAX_EVENTS);
     let mut run_doc = snapshot(&run);

@@ -73,7 +73,7 @@ impl Stream {
 
     /// The run's snapshot frame, read now.
     async fn snapshot_frame(&self) -> Option<Vec<u8>> {
-        let run = self.state.services.get_run(&self.tenant, &self.run_id).await.ok()?;
+        let run = self.state.services.get_run_summary(&self.tenant, &self.run_id).await.ok()?;
         let doc = super::runs::run_document(self.wire, &self.state, &run);
         Some(frame(self.cursor, "state.snapshot", &doc.to_string()))
     }
