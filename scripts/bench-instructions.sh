@@ -105,10 +105,10 @@ for pair in "chain-10:$runs10" "chain-50:$runs50"; do
   # Warm-up, not counted: the first runs of a workflow pin it and fill caches.
   drive "$scenario" "$clients" >/dev/null
   if [ "$tool" = callgrind ]; then
-    callgrind_control -i on "$host_pid" >/dev/null
+    callgrind_control -i on "$host_pid" >/dev/null 2>&1
     drive "$scenario" "$runs" >"$work/$scenario.json"
-    callgrind_control -i off "$host_pid" >/dev/null
-    callgrind_control --dump="$scenario" "$host_pid" >/dev/null
+    callgrind_control -i off "$host_pid" >/dev/null 2>&1
+    callgrind_control --dump="$scenario" "$host_pid" >/dev/null 2>&1
     dumps=$((dumps + 1))
     dump="$work/callgrind.out.$dumps"
     for _ in $(seq 1 100); do [ -s "$dump" ] && grep -q '^totals:' "$dump" && break; sleep 0.1; done
