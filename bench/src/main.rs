@@ -190,6 +190,11 @@ async fn run(args: &Args) -> Fallible<(String, Value)> {
                 }
                 report::throughput_table(&mut text, &rows);
                 section["figures"] = report::throughput_json(&rows);
+                let peak = host.pid.and_then(|pid| procfs::status_kib(pid, "VmHWM"));
+                let peak_mib = peak.map(|kib| (kib as f64 / 102.4).round() / 10.0);
+                let shown = peak_mib.map_or_else(|| "n/a".to_owned(), |mib| format!("{mib:.1} MiB"));
+                let _ = writeln!(text, "peak RSS of the host (VmHWM): {shown}");
+                section["peakRssMiB"] = json!(peak_mib);
             }
         }
         drop(host);
