@@ -7,6 +7,7 @@
 //! Run it through the emulator wrapper:
 //! `unshare -n bash scripts/emulators.sh run -- ./target/release/trellis-bench-aws`
 
+mod reconciler;
 mod startup;
 
 use std::time::Duration;
@@ -33,6 +34,10 @@ struct Args {
     /// Nodes per chain.
     #[arg(long, default_value_t = 10)]
     nodes: usize,
+    /// Finished runs to retain (copies of a finished chain run) before measuring one
+    /// reconciler sweep (bounded by recent commits) against a whole-table scan; 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    retained: usize,
     /// The dispatcher binary whose start-up is timed (a host build).
     #[arg(long, default_value = "target/release/trellis-dispatcher")]
     dispatcher: std::path::PathBuf,
@@ -60,7 +65,11 @@ async fn main() {
         retention_days: 30,
         test_seams: false,
     };
+    // Runs are created and approvals resolved by the API function (its commits write outbox
+    // entries), steps handled by the dispatcher, as deployed.
+    let api = AwsApp::new_api(settings.clone(), &config);
     let app = AwsApp::new(settings, &config);
+    let apps = Apps { app: &app, api: &api };
 
     let nodes: Vec<_> = (0..args.nodes).map(|i| json!({"id": format!("n{i}"), "typeId": "core.noop"})).collect();
     let edges: Vec<_> = (1..args.nodes)
@@ -72,18 +81,18 @@ async fn main() {
         Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into(), test_scope: false };
     let respond = |_: &trellis_core::RunState| (201, json!({}));
 
-    let before_create = (app.store.usage(), app.effects.requests());
+    let before_create = apps.totals();
     for _ in 0..args.runs {
-        app.services
+        api.services
             .create_run(&principal, &json!({"workflowId": "bench-chain"}), None, &respond)
             .await
             .expect("create");
     }
-    let after_create = (app.store.usage(), app.effects.requests());
+    let after_create = apps.totals();
 
     let expected = (args.runs * args.nodes) as u64;
     let (invocations, receives, deletes) = pump(&app, &sqs, &queue_url, expected).await;
-    let done = (app.store.usage(), app.effects.requests());
+    let done = apps.totals();
     let steps = expected as f64;
     let create_runs = args.runs as f64;
     println!("trellis-bench-aws: {} runs of a {}-node core.noop chain on the emulated stack", args.runs, args.nodes);
@@ -103,8 +112,11 @@ async fn main() {
         deletes as f64 / steps,
         invocations as f64 / steps,
     );
-    approval_figures(&app, &sqs, &queue_url, &principal, args.runs).await;
-    dispatch_figures(&app, &sqs, [&queue_url, &completion_url], args.runs).await;
+    approval_figures(&apps, &sqs, &queue_url, &principal, args.runs).await;
+    dispatch_figures(&apps, &sqs, [&queue_url, &completion_url], args.runs).await;
+    if args.retained > 0 {
+        reconciler::figures(&apps, args.retained).await;
+    }
     for function in ["trellis-api", "trellis-dispatcher", "trellis-completion"] {
         let path = format!("target/lambda/{function}/bootstrap");
         match std::fs::metadata(&path) {
@@ -119,6 +131,28 @@ async fn main() {
             args.dispatcher.display()
         ),
         Err(error) => println!("dispatcher start-up not measured: {error}"),
+    }
+}
+
+/// The dispatcher's and the API's apps on one stack.
+pub(crate) struct Apps<'a> {
+    /// The dispatcher (and completion) function's.
+    pub(crate) app: &'a AwsApp,
+    /// The API function's.
+    pub(crate) api: &'a AwsApp,
+}
+
+impl Apps<'_> {
+    /// Both stores' usage and both sinks' SQS requests, summed.
+    pub(crate) fn totals(&self) -> (trellis_store_dynamodb::Usage, u64) {
+        let (a, b) = (self.app.store.usage(), self.api.store.usage());
+        let usage = trellis_store_dynamodb::Usage {
+            write_units: a.write_units + b.write_units,
+            read_units: a.read_units + b.read_units,
+            write_requests: a.write_requests + b.write_requests,
+            read_requests: a.read_requests + b.read_requests,
+        };
+        (usage, self.app.effects.requests() + self.api.effects.requests())
     }
 }
 
@@ -165,12 +199,13 @@ async fn pump(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queue_url: &str, expected
 /// The cost of one approval resolved through the API (the commit that closes the gate and
 /// releases the next step), measured on runs of `approval gate → noop` suspended at the gate.
 async fn approval_figures(
-    app: &AwsApp,
+    apps: &Apps<'_>,
     sqs: &aws_sdk_sqs::Client,
     queue_url: &str,
     principal: &Principal,
     runs: usize,
 ) {
+    let app = apps.app;
     let gated = json!({"id": "bench-gate", "name": "bench gate",
         "nodes": [{"id": "gate", "typeId": "core.approvalGate"}, {"id": "after", "typeId": "core.noop"}],
         "edges": [{"id": "e", "sourceNodeId": "gate", "targetNodeId": "after"}]});
@@ -178,14 +213,15 @@ async fn approval_figures(
     let respond = |_: &trellis_core::RunState| (201, json!({}));
     let mut run_ids = Vec::new();
     for _ in 0..runs {
-        let created = app.services.create_run(principal, &json!({"workflowId": "bench-gate"}), None, &respond).await;
+        let created =
+            apps.api.services.create_run(principal, &json!({"workflowId": "bench-gate"}), None, &respond).await;
         match created.expect("create") {
             trellis_core::service::CreateOutcome::Created(run) => run_ids.push(run.run_id),
             other => panic!("unexpected {other:?}"),
         }
     }
     pump(app, sqs, queue_url, runs as u64).await;
-    let before = (app.store.usage(), app.effects.requests());
+    let before = apps.totals();
     for run_id in &run_ids {
         let resolution = Resolution {
             node_id: "gate".into(),
@@ -194,9 +230,9 @@ async fn approval_figures(
             resolver: Resolver::Principal("bench".into()),
             prior_vote: None,
         };
-        app.services.resolve_interrupt(Some("bench"), run_id, resolution).await.expect("resolve");
+        apps.api.services.resolve_interrupt(Some("bench"), run_id, resolution).await.expect("resolve");
     }
-    let after = (app.store.usage(), app.effects.requests());
+    let after = apps.totals();
     let runs = runs as f64;
     println!(
         "per approval resolved through the API (gate closes, next step released): {:.2} WRU, {:.2} RRU, {:.2} SQS sends",
@@ -208,7 +244,8 @@ async fn approval_figures(
 
 /// The cost of one dispatched worker: runs of a supervisor whose plan dispatches three
 /// one-node workers (their notices through the FIFO completion queue), driven to the end.
-async fn dispatch_figures(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queues: [&str; 2], runs: usize) {
+async fn dispatch_figures(apps: &Apps<'_>, sqs: &aws_sdk_sqs::Client, queues: [&str; 2], runs: usize) {
+    let app = apps.app;
     let worker =
         json!({"id": "bench-worker", "name": "bench worker", "nodes": [{"id": "work", "typeId": "core.noop"}]});
     let plan = json!([{"kind": "next-worker", "nextWorkerIds": ["bench-worker", "bench-worker", "bench-worker"]}]);
@@ -225,10 +262,10 @@ async fn dispatch_figures(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queues: [&str
     let principal =
         Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into(), test_scope: true };
     let respond = |_: &trellis_core::RunState| (201, json!({}));
-    let before = (app.store.usage(), app.effects.requests());
+    let before = apps.totals();
     let mut run_ids = Vec::new();
     for _ in 0..runs {
-        match app.services.create_run(&principal, &json!({"workflowId": "bench-dispatch"}), None, &respond).await {
+        match apps.api.services.create_run(&principal, &json!({"workflowId": "bench-dispatch"}), None, &respond).await {
             Ok(trellis_core::service::CreateOutcome::Created(run)) => run_ids.push(run.run_id),
             other => panic!("unexpected {other:?}"),
         }
@@ -270,7 +307,7 @@ async fn dispatch_figures(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queues: [&str
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let after = (app.store.usage(), app.effects.requests());
+    let after = apps.totals();
     for run_id in &run_ids {
         let run = app.services.get_run("bench", run_id).await.expect("run");
         assert_eq!(run.status, trellis_core::RunStatus::Completed, "benchmark runs must complete");
