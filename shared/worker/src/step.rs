@@ -82,7 +82,14 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
             let attempt = activity::Attempt { node_id, activation: *activation, attempt: *attempt };
             match activity::execute(services, task, attempt, context).await? {
                 Some(input) => (task.run_id.clone(), input),
-                None => return Ok(TaskResult::Ignored),
+                None => {
+                    // Superseded or finished: a redelivery after the outcome's commit, whose
+                    // send may have failed — the run's outstanding effects are re-sent.
+                    if let Some(run) = services.store.load_run(&task.run_id).await? {
+                        services.effects.resend_outstanding(&task.run_id, &outstanding_effects(&run)).await?;
+                    }
+                    return Ok(TaskResult::Repaired);
+                }
             }
         }
         other => (task.run_id.clone(), other.input().expect("own-run effects have an input")),
@@ -97,7 +104,13 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
         return Ok(TaskResult::Ignored);
     };
     let result = settle(services, task, &target, &decision).await;
+    let sent = decision.effects_sent;
     services.store.retain_run(decision.run);
+    if !sent {
+        // Committed but not sent: left unacknowledged, the task comes back, finds its work
+        // done and re-sends the run's outstanding effects.
+        return Err(ServiceError::Unavailable);
+    }
     result
 }
 

@@ -102,6 +102,9 @@ impl Services {
             CreateResult::Created => {
                 tracing::info!(run_id = %run.run_id, workflow = %run.workflow.id, to = %run.status.as_str(), "run created");
                 self.send_effects(&run.run_id, run.version, &outcome.effects).await;
+                // Its first step comes next: a store keeping hot runs keeps it (a new run is
+                // small — one scheduled node).
+                self.store.retain_run(run.clone());
                 Ok(CreateOutcome::Created(Box::new(run)))
             }
             CreateResult::Existing(existing) => {
