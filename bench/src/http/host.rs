@@ -12,8 +12,6 @@ use tokio::process::{Child, Command};
 /// The bearer key the host is started with.
 pub(crate) const KEY: &str = "bench-key";
 
-/// `/proc` reports CPU times in USER_HZ ticks, which Linux fixes at 100 per second.
-const TICKS_PER_SECOND: u64 = 100;
 
 /// One started host process; killed when dropped.
 pub(crate) struct Host {
@@ -67,49 +65,3 @@ pub(crate) async fn start(trellis: &Path, workflows: &Path, workdir: &Path, memo
     Host { child, base, startup: spawned.elapsed() }
 }
 
-/// CPU time (utime + stime, every thread) of `/proc/<who>/stat`; `who` is a pid or `self`.
-fn cpu_of(who: &str) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{who}/stat")).ok()?;
-    // Fields after the parenthesised command name start at field 3 (state); utime is field
-    // 14 and stime field 15.
-    let rest = stat.get(stat.rfind(')')? + 1..)?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(Duration::from_millis((utime + stime) * 1000 / TICKS_PER_SECOND))
-}
-
-/// CPU time used so far by the host and by this process (the clients and the local server).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CpuSample {
-    host: Option<Duration>,
-    bench: Option<Duration>,
-}
-
-/// CPU time used between two samples.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CpuUsed {
-    /// By the trellis host process.
-    pub(crate) host: Option<Duration>,
-    /// By this process: the HTTP clients driving the runs and the server the runs call.
-    pub(crate) bench: Option<Duration>,
-}
-
-impl CpuSample {
-    /// Reads both counters now.
-    pub(crate) fn now(host_pid: Option<u32>) -> Self {
-        Self { host: host_pid.and_then(|pid| cpu_of(&pid.to_string())), bench: cpu_of("self") }
-    }
-
-    /// What was used since `earlier`.
-    pub(crate) fn since(&self, earlier: &Self) -> CpuUsed {
-        let delta = |now: Option<Duration>, then: Option<Duration>| Some(now?.saturating_sub(then?));
-        CpuUsed { host: delta(self.host, earlier.host), bench: delta(self.bench, earlier.bench) }
-    }
-}
-
-/// Peak resident set of `pid` in KiB (`VmHWM`).
-pub(crate) fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find(|line| line.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
-}

@@ -18,6 +18,9 @@ mod error;
 #[path = "../follow.rs"]
 mod follow;
 mod host;
+#[path = "../procfs.rs"]
+#[allow(dead_code)] // the throughput bench's readers it does not use
+mod procfs;
 mod load;
 
 use std::fmt::Write as _;
@@ -28,7 +31,7 @@ use clap::Parser;
 use serde_json::json;
 use trellis_testkit::http_server::{Reply, TestServer};
 
-use crate::host::{CpuSample, CpuUsed};
+use crate::procfs::{CpuSample, CpuUsed};
 use crate::load::Figures;
 
 /// Benchmark `core.http.request` on the embedded host.
@@ -172,7 +175,7 @@ async fn main() {
         per(cpu.bench, figures.runs)
     );
     let _ = writeln!(report, "requests the local server answered: {}", server.requests().len());
-    match pid.and_then(host::peak_rss_kib) {
+    match pid.and_then(|pid| procfs::status_kib(pid, "VmHWM")) {
         Some(kib) => {
             let _ = writeln!(report, "peak RSS of the host: {:.1} MiB", kib as f64 / 1024.0);
         }
