@@ -16,16 +16,35 @@ pub type Millis = u64;
 pub fn rfc3339(ms: Millis) -> String {
     let nanos = i128::from(ms) * 1_000_000;
     let at = OffsetDateTime::from_unix_timestamp_nanos(nanos).unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        at.year(),
-        u8::from(at.month()),
-        at.day(),
-        at.hour(),
-        at.minute(),
-        at.second(),
-        at.millisecond()
-    )
+    let year = at.year();
+    if !(0..=9999).contains(&year) {
+        return format!(
+            "{year:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            u8::from(at.month()),
+            at.day(),
+            at.hour(),
+            at.minute(),
+            at.second(),
+            at.millisecond()
+        );
+    }
+    // Every event and snapshot carries timestamps: written digit by digit, without the
+    // formatting machinery.
+    let mut text = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, width: usize, mut value: u32| {
+        for position in (at..at + width).rev() {
+            text[position] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    };
+    put(0, 4, year as u32);
+    put(5, 2, u32::from(u8::from(at.month())));
+    put(8, 2, u32::from(at.day()));
+    put(11, 2, u32::from(at.hour()));
+    put(14, 2, u32::from(at.minute()));
+    put(17, 2, u32::from(at.second()));
+    put(20, 3, u32::from(at.millisecond()));
+    text.iter().map(|byte| char::from(*byte)).collect()
 }
 
 #[cfg(test)]

@@ -97,23 +97,24 @@ pub(crate) fn snapshot_for(wire: Wire, run: &RunState) -> Value {
 /// The `RunEventDoc` of `event` in `run_id`'s log. The event id is derived from the run and
 /// sequence, so it is stable across re-reads.
 pub(crate) fn event_doc(run_id: &str, event: &RunEvent) -> Value {
-    let mut doc = json!({
-        "eventId": format!("{run_id}:{}", event.sequence),
-        "runId": run_id,
-        "type": event.event_type,
-        "payload": event.payload,
-        "timestamp": rfc3339(event.timestamp),
-        "sequence": event.sequence,
-        "schemaVersion": 1,
-        "engineVersion": ENGINE_VERSION,
-    });
+    // Built field by field: every event page renders every event, and `json!` would
+    // re-serialize the payload instead of copying it.
+    let mut doc = serde_json::Map::with_capacity(10);
+    doc.insert("eventId".into(), Value::String(format!("{run_id}:{}", event.sequence)));
+    doc.insert("runId".into(), Value::String(run_id.to_owned()));
+    doc.insert("type".into(), Value::String(event.event_type.clone()));
+    doc.insert("payload".into(), event.payload.clone());
+    doc.insert("timestamp".into(), Value::String(rfc3339(event.timestamp)));
+    doc.insert("sequence".into(), Value::from(event.sequence));
+    doc.insert("schemaVersion".into(), Value::from(1));
+    doc.insert("engineVersion".into(), Value::String(ENGINE_VERSION.to_owned()));
     if let Some(node_id) = &event.node_id {
-        doc["nodeId"] = json!(node_id);
+        doc.insert("nodeId".into(), Value::String(node_id.clone()));
     }
     if let Some(cause) = event.causation {
-        doc["causationId"] = json!(format!("{run_id}:{cause}"));
+        doc.insert("causationId".into(), Value::String(format!("{run_id}:{cause}")));
     }
-    doc
+    Value::Object(doc)
 }
 
 /// The `RunSnapshot` of `run`.
