@@ -3,7 +3,9 @@
 //! process the only writer, so an entry stays true until the next commit of its run, which
 //! forgets it first; the commit loop hands the new state back ([`HotRuns::keep`]) once the
 //! commit is in. Taking an entry moves it out (no copy); a reader gets a copy. Bounded: past
-//! [`CAPACITY`] runs the least recently kept is dropped, and finished runs are never kept.
+//! [`CAPACITY`] runs the least recently kept is dropped, and only runs with a step or an
+//! activity attempt in flight are kept (finished runs, and runs parked on a person, a timer
+//! or a child, are read from disk when they move again).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};

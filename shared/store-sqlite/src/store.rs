@@ -13,9 +13,9 @@ use trellis_core::ports::{
     CreateResult, EffectSink, HostSettings, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition,
     RunStore, StoredWorkflow, Task, WorkflowStore,
 };
-use trellis_core::run::Changes;
+use trellis_core::run::{Changes, NodeState, NodeStatus};
 use trellis_core::timefmt::Millis;
-use trellis_core::{RunEvent, RunState, StoreError};
+use trellis_core::{RunEvent, RunState, RunStatus, StoreError};
 
 use crate::cache::HotRuns;
 use crate::records::{read_run, Depth, RunRows};
@@ -384,7 +384,11 @@ impl RunStore for SqliteStore {
     }
 
     fn retain_run(&self, run: RunState) {
-        if run.status.is_terminal() {
+        // Only a run whose next input is on its way is worth keeping: one with a step or an
+        // attempt in flight. A finished run gets none, and a run parked on a person, a timer
+        // or a child may wait for hours.
+        let busy = |node: &NodeState| matches!(node.status, NodeStatus::Scheduled | NodeStatus::Executing);
+        if run.status != RunStatus::Running || !run.nodes.values().any(busy) {
             return;
         }
         // Under the connection lock no commit can slip between the check and the keeping.
