@@ -12,7 +12,6 @@ use tokio::process::{Child, Command};
 /// The bearer key the host is started with.
 pub(crate) const KEY: &str = "bench-key";
 
-
 /// One started host process; killed when dropped.
 pub(crate) struct Host {
     /// The process (only this one is ever killed).
@@ -64,4 +63,3 @@ pub(crate) async fn start(trellis: &Path, workflows: &Path, workdir: &Path, memo
     }
     Host { child, base, startup: spawned.elapsed() }
 }
-

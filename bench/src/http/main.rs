@@ -18,10 +18,10 @@ mod error;
 #[path = "../follow.rs"]
 mod follow;
 mod host;
+mod load;
 #[path = "../procfs.rs"]
 #[allow(dead_code)] // the throughput bench's readers it does not use
 mod procfs;
-mod load;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -31,8 +31,8 @@ use clap::Parser;
 use serde_json::json;
 use trellis_testkit::http_server::{Reply, TestServer};
 
-use crate::procfs::{CpuSample, CpuUsed};
 use crate::load::Figures;
+use crate::procfs::{CpuSample, CpuUsed};
 
 /// Benchmark `core.http.request` on the embedded host.
 #[derive(Debug, Parser)]

@@ -140,10 +140,16 @@ impl EffectSink for SqsEffects {
     async fn send_committed(&self, run_id: &str, version: u64, effects: &[Effect]) -> Result<(), StoreError> {
         if let Err(error) = self.send(run_id, effects).await {
             // The task may still be acknowledged: the reconciler's next sweep finds the page.
-            if let Err(enlisting) = self.store.enlist_outbox(run_id, version, self.clock.now()).await {
-                tracing::warn!(run_id, version, %enlisting, "a failed send could not be enlisted for the reconciler");
-            }
-            return Err(error);
+            return match self.store.enlist_outbox(run_id, version, self.clock.now()).await {
+                Ok(()) => {
+                    tracing::warn!(run_id, version, %error, "sending failed; the page is enlisted for the reconciler");
+                    Ok(())
+                }
+                Err(enlisting) => {
+                    tracing::warn!(run_id, version, %enlisting, "a failed send could not be enlisted for the reconciler");
+                    Err(error)
+                }
+            };
         }
         if proven_by_successor(effects) {
             return Ok(());

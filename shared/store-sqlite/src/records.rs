@@ -267,7 +267,7 @@ pub(crate) fn split_state_documents(connection: &Connection) -> Result<(), Store
                     Some(ChildRun {
                         run_id: node.child_run_id.clone()?,
                         node_id: node_id.clone(),
-                        workflow_id: node.child_workflow_id.clone().unwrap_or_default(),
+                        workflow_id: node.child_workflow_id.clone()?,
                         status: node.child_status.unwrap_or(trellis_core::RunStatus::Pending),
                     })
                 })

@@ -165,12 +165,15 @@ fn apply_group<'a>(
     // task, which finds its work committed and is acknowledged again. The next durable
     // commit makes them durable too (the WAL is synced as a whole).
     let lazy = writes.iter().all(|write| matches!(write, Write::Ack(_)));
-    if lazy {
-        let _ = connection.execute_batch("PRAGMA synchronous = NORMAL");
+    if lazy && connection.execute_batch("PRAGMA synchronous = NORMAL").is_err() {
+        return writes.iter().map(|_| Err(StoreError::Unavailable("cannot relax the sync mode".into()))).collect();
     }
     let answers = apply_transaction(connection, counters, hot, &writes);
     if lazy {
-        let _ = connection.execute_batch("PRAGMA synchronous = FULL");
+        if let Err(error) = connection.execute_batch("PRAGMA synchronous = FULL") {
+            // Nothing may be committed less durably than promised: stop writing.
+            panic!("cannot restore synchronous=FULL after an acknowledgement group: {error}");
+        }
     }
     answers
 }
@@ -187,11 +190,23 @@ fn apply_transaction(
     let mut answers = Vec::with_capacity(writes.len());
     let mut written: Written = (0, 0);
     for write in writes {
+        if connection.is_autocommit() {
+            // SQLite rolled the whole transaction back (disk full, I/O error): nothing of the
+            // group is written, and no later write may commit on its own.
+            answers.push(Err(StoreError::Unavailable("the group's transaction was rolled back".into())));
+            continue;
+        }
         if let Write::Commit { run, .. } = write {
             hot.forget(run.run_id());
         }
         let answer = savepoint(connection, |connection| apply(connection, write, &mut written));
         answers.push(answer);
+    }
+    if connection.is_autocommit() {
+        return answers
+            .into_iter()
+            .map(|_| Err(StoreError::Unavailable("the group's transaction was rolled back".into())))
+            .collect();
     }
     match connection.execute_batch("COMMIT") {
         Ok(()) => {

@@ -291,9 +291,10 @@ pub async fn run_loop(
                 continue;
             }
             inline += 1;
-            match by_run.iter_mut().find(|(run_id, _)| *run_id == task.run_id) {
+            let target = advanced_run(&task).to_owned();
+            match by_run.iter_mut().find(|(run_id, _)| *run_id == target) {
                 Some((_, tasks)) => tasks.push(task),
-                None => by_run.push((task.run_id.clone(), vec![task])),
+                None => by_run.push((target, vec![task])),
             }
         }
         // Runs advance concurrently (their commits share the store's group commits); the
@@ -339,6 +340,16 @@ pub async fn run_loop(
     // Attempts still executing are abandoned: their tasks stay leased and are redelivered
     // (at least once) after the next start.
     attempts.abort_all();
+}
+
+/// The run a task advances: a child's notice advances its parent, a cancel its child. Tasks
+/// advancing the same run are processed in order, not side by side (they would only race).
+fn advanced_run(task: &Task) -> &str {
+    match &task.effect {
+        Effect::NotifyParent { parent_run_id, .. } => parent_run_id,
+        Effect::CancelChild { child_run_id, .. } => child_run_id,
+        _ => &task.run_id,
+    }
 }
 
 /// Settles a processed task's delivery; `true` when it is finished and to be acknowledged.

@@ -86,7 +86,10 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
                     // Superseded or finished: a redelivery after the outcome's commit, whose
                     // send may have failed — the run's outstanding effects are re-sent.
                     if let Some(run) = services.store.load_run(&task.run_id).await? {
-                        services.effects.resend_outstanding(&task.run_id, &outstanding_effects(&run)).await?;
+                        let outstanding = outstanding_effects(&run);
+                        if let Err(error) = services.effects.resend_outstanding(&task.run_id, &outstanding).await {
+                            warn!(run_id = %task.run_id, %error, "re-sending outstanding effects failed");
+                        }
                     }
                     return Ok(TaskResult::Repaired);
                 }
@@ -104,13 +107,7 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
         return Ok(TaskResult::Ignored);
     };
     let result = settle(services, task, &target, &decision).await;
-    let sent = decision.effects_sent;
     services.store.retain_run(decision.run);
-    if !sent {
-        // Committed but not sent: left unacknowledged, the task comes back, finds its work
-        // done and re-sends the run's outstanding effects.
-        return Err(ServiceError::Unavailable);
-    }
     result
 }
 

@@ -73,9 +73,9 @@ impl Services {
             }
             decision.log_transition();
             hooks.after_commit();
-            let sent = self.send_effects(run_id, decision.run.version, &outcome.effects).await;
+            self.send_effects(run_id, decision.run.version, &outcome.effects).await;
             hooks.after_effects();
-            return Ok(Some(Decision { effects_sent: sent, ..decision }));
+            return Ok(Some(decision));
         }
         tracing::warn!(run_id, "lost the version race {MAX_CONFLICT_RETRIES} times; leaving the input for a retry");
         Err(ServiceError::Unavailable)

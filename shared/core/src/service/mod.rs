@@ -84,9 +84,6 @@ pub struct Decision {
     /// The run as it was read, kept for interrupt resolutions (which report the occurrence
     /// they were about); `None` for other inputs.
     pub before: Option<RunState>,
-    /// The committed effects reached their queues (`false`: the send failed after the commit;
-    /// a task should then stay unacknowledged, so its redelivery re-sends them).
-    pub effects_sent: bool,
 }
 
 impl Decision {
@@ -216,7 +213,7 @@ impl Services {
             self.chain_steps(&workflow, &mut run, &mut outcome);
             run.version = expected_version + 1;
         }
-        Ok(Some(Decision { run, expected_version, outcome, previous_status, before, effects_sent: true }))
+        Ok(Some(Decision { run, expected_version, outcome, previous_status, before }))
     }
 
     /// On a host that allows it ([`Services::with_step_chaining`]), applies the step an
@@ -257,20 +254,16 @@ impl Services {
         self
     }
 
-    /// Sends committed effects and notifies waiters; `false` when the send failed. A failed
-    /// send loses nothing as long as someone repairs it: the effects are in the store's outbox,
-    /// where the reconciler (for requests) or the redelivered task (for a task whose caller
-    /// leaves it unacknowledged on `false`, see [`Decision::effects_sent`]) finds them.
-    pub async fn send_effects(&self, run_id: &str, version: u64, effects: &[crate::engine::Effect]) -> bool {
-        let mut sent = true;
+    /// Sends committed effects and notifies waiters. A failed send loses nothing: the effects
+    /// are in the store's outbox, where redelivery or the reconciler finds them (the sink
+    /// enlists a page whose send failed for the reconciler, see `EffectSink::send_committed`).
+    pub async fn send_effects(&self, run_id: &str, version: u64, effects: &[crate::engine::Effect]) {
         if !effects.is_empty() {
             if let Err(error) = self.effects.send_committed(run_id, version, effects).await {
-                tracing::warn!(run_id, %error, "sending effects failed; redelivery or the reconciler will send them");
-                sent = false;
+                tracing::error!(run_id, %error, "sending effects failed and no repair is enlisted");
             }
         }
         self.notifier.committed(run_id);
-        sent
     }
 
     /// The compiled workflow a run is pinned to.
