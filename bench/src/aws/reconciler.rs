@@ -72,7 +72,7 @@ pub(crate) async fn figures(apps: &Apps<'_>, retained: usize) {
     // The scan it replaces reads every item (billed before its filter). DynamoDB Local runs
     // out of heap scanning this table, so its cost is computed from the items written: the
     // copies alone (the rest of the table only adds to it).
-    let per_run: usize = items.iter().map(size).sum();
+    let per_run: usize = items.iter().map(trellis_store_dynamodb::item_size).sum();
     let units = (retained * per_run).div_ceil(4096);
     println!(
         "  whole-table scan the sweep replaces: >= {units} RRU ({per_run} bytes per run, strongly consistent), plus one marker query (>= 1 RRU) for each of {retained} runs with effect pages = >= {} RRU",
@@ -92,18 +92,4 @@ async fn partition(client: &aws_sdk_dynamodb::Client, table: &str, pk: &str) -> 
         .await
         .expect("query");
     out.items().to_vec()
-}
-
-/// An item's size by DynamoDB's rules (names plus values; numbers about a byte per two digits).
-fn size(item: &Item) -> usize {
-    item.iter()
-        .map(|(name, value)| {
-            name.len()
-                + match value {
-                    AttributeValue::S(text) => text.len(),
-                    AttributeValue::N(number) => number.len().div_ceil(2) + 1,
-                    _ => 1,
-                }
-        })
-        .sum()
 }

@@ -316,7 +316,7 @@ pub(crate) fn decode_workflow(item: &Item) -> Result<StoredWorkflow, StoreError>
 
 /// An item's size by DynamoDB's rules: attribute names plus values (strings by UTF-8 length,
 /// numbers by about one byte per two digits plus one).
-pub(crate) fn item_size(item: &Item) -> usize {
+pub fn item_size(item: &Item) -> usize {
     item.iter()
         .map(|(name, value)| {
             name.len()

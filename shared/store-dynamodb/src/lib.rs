@@ -59,7 +59,7 @@ mod meter;
 mod store;
 mod table;
 
-pub use codec::proven_by_successor;
+pub use codec::{item_size, proven_by_successor};
 pub use meter::{Meter, Usage};
 pub use store::{DynamoStore, UnsentPage, DEFAULT_RETENTION_DAYS};
 pub use table::create_table;
