@@ -3,6 +3,8 @@
 //! DynamoDB request units computed from serialized item sizes by AWS's rules, SQS requests
 //! and dispatcher invocations; plus the function binaries' sizes and the dispatcher's
 //! process start-up time to its first Runtime API call. Prints figures; asserts nothing.
+//! With `--cold-starts N` it only times N cold starts of each function binary found in
+//! `--functions` (size and median start-up; `scripts/bench-lambda.sh`).
 //!
 //! Run it through the emulator wrapper:
 //! `unshare -n bash scripts/emulators.sh run -- ./target/release/trellis-bench-aws`
@@ -41,6 +43,13 @@ struct Args {
     /// The dispatcher binary whose start-up is timed (a host build).
     #[arg(long, default_value = "target/release/trellis-dispatcher")]
     dispatcher: std::path::PathBuf,
+    /// Only time this many cold starts of each function binary (API, dispatcher, completion)
+    /// and print their sizes and median start-ups; 0 runs the step benchmark instead.
+    #[arg(long, default_value_t = 0)]
+    cold_starts: usize,
+    /// The directory holding the function binaries `--cold-starts` times (a host build).
+    #[arg(long, default_value = "target/release")]
+    functions: std::path::PathBuf,
 }
 
 #[tokio::main]
@@ -50,6 +59,10 @@ async fn main() {
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let table = format!("trellis-bench-{suffix}");
     trellis_store_dynamodb::create_table(&aws_sdk_dynamodb::Client::new(&config), &table).await.expect("table");
+    if args.cold_starts > 0 {
+        cold_start_figures(&args, &table).await;
+        return;
+    }
     let sqs = aws_sdk_sqs::Client::new(&config);
     let queues = trellis_aws::provision::create_queues(&sqs, &format!("bench-{suffix}"), 5, 30).await.expect("queues");
     let queue_url = queues.step.clone();
@@ -124,13 +137,35 @@ async fn main() {
             Err(_) => println!("{function}: no {path} (run `cargo lambda build --release --arm64`)"),
         }
     }
-    match startup::time_to_first_poll(&args.dispatcher).await {
+    let dispatcher = startup::Function { name: "trellis-dispatcher", table: "bench" };
+    match startup::time_to_first_poll(&args.dispatcher, dispatcher).await {
         Ok(elapsed) => println!(
             "dispatcher process start-up to its first Runtime API call: {:.1} ms ({})",
             elapsed.as_secs_f64() * 1000.0,
             args.dispatcher.display()
         ),
         Err(error) => println!("dispatcher start-up not measured: {error}"),
+    }
+}
+
+/// Sizes and cold starts of the three function binaries in `--functions`, against `table`
+/// (the API stores its bundled fixtures there at cold start, on the emulated DynamoDB).
+async fn cold_start_figures(args: &Args, table: &str) {
+    println!("trellis-bench-aws: {} cold starts per function, spawn to first Runtime API call", args.cold_starts);
+    for name in ["trellis-api", "trellis-dispatcher", "trellis-completion"] {
+        let binary = args.functions.join(name);
+        match startup::cold_starts(&binary, startup::Function { name, table }, args.cold_starts).await {
+            Ok(starts) => println!(
+                "{name}: {:.2} MiB ({} bytes), cold start median {:.1} ms (min {:.1}, max {:.1}) ({})",
+                starts.bytes as f64 / 1_048_576.0,
+                starts.bytes,
+                starts.median.as_secs_f64() * 1000.0,
+                starts.min.as_secs_f64() * 1000.0,
+                starts.max.as_secs_f64() * 1000.0,
+                binary.display()
+            ),
+            Err(error) => println!("{name}: not measured: {error}"),
+        }
     }
 }
 
