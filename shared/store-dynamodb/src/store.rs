@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
@@ -228,24 +229,31 @@ impl DynamoStore {
         prefix: &str,
         forward: bool,
         page_size: i32,
+        visit: impl FnMut(&Item) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+            .expression_attribute_values(":pk", s(&pk))
+            .expression_attribute_values(":prefix", s(prefix))
+            .scan_index_forward(forward)
+            .consistent_read(true)
+            .limit(page_size);
+        self.visit_query(query, visit).await
+    }
+
+    /// Runs `query` page by page (metered), visiting each item until `visit` returns `true`
+    /// or no page is left.
+    async fn visit_query(
+        &self,
+        query: QueryFluentBuilder,
         mut visit: impl FnMut(&Item) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
         let mut start = None;
         loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                .expression_attribute_values(":pk", s(&pk))
-                .expression_attribute_values(":prefix", s(prefix))
-                .scan_index_forward(forward)
-                .consistent_read(true)
-                .limit(page_size)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(unavailable)?;
+            let page = query.clone().set_exclusive_start_key(start).send().await.map_err(unavailable)?;
             self.meter.read(page.items());
             for item in page.items() {
                 if visit(item)? {
@@ -402,30 +410,20 @@ impl DynamoStore {
         }
         for bucket in from / keys::OUTBOX_BUCKET_MS..=to / keys::OUTBOX_BUCKET_MS {
             for shard in 0..keys::OUTBOX_SHARDS {
-                let mut start = None;
-                loop {
-                    let page = self
-                        .client
-                        .query()
-                        .table_name(&self.table)
-                        .key_condition_expression("pk = :pk AND sk BETWEEN :lo AND :hi")
-                        .expression_attribute_values(":pk", s(keys::outbox_partition(bucket, shard)))
-                        .expression_attribute_values(":lo", s(format!("{from:020}")))
-                        .expression_attribute_values(":hi", s(format!("{to:020}~")))
-                        .consistent_read(true)
-                        .set_exclusive_start_key(start)
-                        .send()
-                        .await
-                        .map_err(unavailable)?;
-                    self.meter.read(page.items());
-                    for item in page.items() {
-                        entries.push(codec::decode_outbox(item)?);
-                    }
-                    start = page.last_evaluated_key().cloned();
-                    if start.is_none() {
-                        break;
-                    }
-                }
+                let query = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .key_condition_expression("pk = :pk AND sk BETWEEN :lo AND :hi")
+                    .expression_attribute_values(":pk", s(keys::outbox_partition(bucket, shard)))
+                    .expression_attribute_values(":lo", s(format!("{from:020}")))
+                    .expression_attribute_values(":hi", s(format!("{to:020}~")))
+                    .consistent_read(true);
+                self.visit_query(query, |item| {
+                    entries.push(codec::decode_outbox(item)?);
+                    Ok(false)
+                })
+                .await?;
             }
         }
         entries.sort();
