@@ -297,13 +297,20 @@ async fn dispatch_figures(apps: &Apps<'_>, sqs: &aws_sdk_sqs::Client, queues: [&
     let principal =
         Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into(), test_scope: true };
     let respond = |_: &trellis_core::RunState| (201, json!({}));
+    // What earlier figures left on the queues (the approval runs' released steps) is handled
+    // first, uncounted.
+    drain(app, sqs, queues).await;
+    let delayed_before = delayed_messages(sqs, queues).await;
     let before = apps.totals();
+    let mut breakdown = Breakdown::default();
     let mut run_ids = Vec::new();
     for _ in 0..runs {
+        let created = apps.totals();
         match apps.api.services.create_run(&principal, &json!({"workflowId": "bench-dispatch"}), None, &respond).await {
             Ok(trellis_core::service::CreateOutcome::Created(run)) => run_ids.push(run.run_id),
             other => panic!("unexpected {other:?}"),
         }
+        breakdown.add("supervisor run created (API)", created, apps.totals());
     }
     let (mut invocations, mut receives, mut deletes) = (0u64, 0u64, 0u64);
     loop {
@@ -316,12 +323,15 @@ async fn dispatch_figures(apps: &Apps<'_>, sqs: &aws_sdk_sqs::Client, queues: [&
             idle = false;
             let mut event = aws_lambda_events::event::sqs::SqsEvent::default();
             event.records = vec![first_delivery(message)];
+            let kind = message_kind(message.body().unwrap_or_default());
+            let before_message = apps.totals();
             let response = if fifo {
                 trellis_aws::dispatch::handle_fifo_batch(app, event).await
             } else {
                 trellis_aws::dispatch::handle_batch(app, event).await
             };
             assert!(response.batch_item_failures.is_empty(), "benchmark messages must succeed");
+            breakdown.add(kind, before_message, apps.totals());
             invocations += 1;
             sqs.delete_message()
                 .queue_url(queue)
@@ -356,4 +366,105 @@ async fn dispatch_figures(apps: &Apps<'_>, sqs: &aws_sdk_sqs::Client, queues: [&
         (after.1 - before.1) as f64 / workers,
         invocations as f64 / workers,
     );
+    breakdown.print(workers);
+    let delayed = delayed_messages(sqs, queues).await.saturating_sub(delayed_before);
+    println!(
+        "  timer messages sent and still delayed at the end: {:.2} per worker (each comes back later: a receive, an invocation, a delete)",
+        delayed as f64 / workers
+    );
+}
+
+/// Handles (uncounted) every message visible on `queues` until both are empty.
+async fn drain(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queues: [&str; 2]) {
+    loop {
+        let mut idle = true;
+        for queue in queues {
+            let received =
+                sqs.receive_message().queue_url(queue).max_number_of_messages(1).send().await.expect("receive");
+            let Some(message) = received.messages().first() else { continue };
+            idle = false;
+            handle_message(app, &first_delivery(message)).await;
+            let receipt = message.receipt_handle().unwrap_or_default();
+            sqs.delete_message().queue_url(queue).receipt_handle(receipt).send().await.expect("delete");
+        }
+        if idle {
+            return;
+        }
+    }
+}
+
+/// Messages sent with a delay that has not run out yet, on both queues.
+async fn delayed_messages(sqs: &aws_sdk_sqs::Client, queues: [&str; 2]) -> u64 {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let mut delayed = 0;
+    for queue in queues {
+        let attributes = sqs
+            .get_queue_attributes()
+            .queue_url(queue)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .expect("queue attributes");
+        delayed += attributes
+            .attributes()
+            .and_then(|map| map.get(&QueueAttributeName::ApproximateNumberOfMessagesDelayed))
+            .and_then(|count| count.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    delayed
+}
+
+/// The kind of a step-queue message, for the breakdown.
+fn message_kind(body: &str) -> &'static str {
+    let kind = trellis_aws::message::StepMessage::decode(body).map(|message| message.effect);
+    match kind {
+        Ok(trellis_core::engine::Effect::Step { .. }) => "step message",
+        Ok(trellis_core::engine::Effect::StartChild { .. }) => "start-child message",
+        Ok(trellis_core::engine::Effect::NotifyParent { .. }) => "parent notice (FIFO)",
+        Ok(trellis_core::engine::Effect::Deadline { .. }) => "deadline timer",
+        Ok(_) => "other message",
+        Err(_) => "unparseable message",
+    }
+}
+
+/// What each kind of handled message (and the API's creations) cost, per dispatched worker.
+#[derive(Default)]
+struct Breakdown {
+    rows: Vec<(&'static str, u64, u64, u64, u64)>,
+}
+
+impl Breakdown {
+    /// Adds the usage between `before` and `after` to `kind`'s row (one handling).
+    fn add(
+        &mut self,
+        kind: &'static str,
+        before: (trellis_store_dynamodb::Usage, u64),
+        after: (trellis_store_dynamodb::Usage, u64),
+    ) {
+        let position = match self.rows.iter().position(|row| row.0 == kind) {
+            Some(position) => position,
+            None => {
+                self.rows.push((kind, 0, 0, 0, 0));
+                self.rows.len() - 1
+            }
+        };
+        let row = &mut self.rows[position];
+        row.1 += 1;
+        row.2 += after.0.write_units - before.0.write_units;
+        row.3 += after.0.read_units - before.0.read_units;
+        row.4 += after.1 - before.1;
+    }
+
+    /// One line per kind: handlings, WRU, RRU and SQS sends per dispatched worker.
+    fn print(&self, workers: f64) {
+        for (kind, count, wru, rru, sends) in &self.rows {
+            println!(
+                "  {kind}: {:.2} per worker, {:.2} WRU, {:.2} RRU, {:.2} SQS sends",
+                *count as f64 / workers,
+                *wru as f64 / workers,
+                *rru as f64 / workers,
+                *sends as f64 / workers
+            );
+        }
+    }
 }
