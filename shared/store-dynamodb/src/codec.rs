@@ -9,22 +9,28 @@ use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
 use trellis_core::ports::{IdempotencyRecord, StoredWorkflow};
 use trellis_core::{RunEvent, RunState, StoreError};
 
+use crate::delta::Delta;
 use crate::keys::{
     idempotency_pk, marker_sk, outbox_pk, outbox_sk, page_sk, run_pk, tenant_gsi_pk, tenant_gsi_sk, vote_sk,
     workflow_directory_pk, workflow_pk, workflow_sk, HOST_PK, IDEMPOTENCY_SK, OUTBOX_RETENTION_MS, PK, SK, STATE_SK,
     WORKFLOW_ENTRY_PREFIX,
 };
 
-/// The item format this build writes (`format`, on pages, run items, votes and markers): 2
-/// since votes are items of their own and a run's state keeps a tally. Items without the
-/// attribute are format 1 (their states may carry votes, which still count).
+/// The newest item format this build reads and writes (`format`, on pages, run items, votes,
+/// markers and outbox entries): 3 for a delta page (the state is the newest checkpoint and
+/// the deltas after it, [`crate::delta`]); 2 for every other item since votes are items of
+/// their own and a run's state keeps a tally. Items without the attribute are format 1
+/// (their states may carry votes, which still count).
 ///
 /// A newer format is refused as `Unavailable` — retryable, never `Corrupt` and never a failed
 /// run: during a deployment old and new instances overlap, and the message or request comes
 /// back to an instance that reads it. The number moves only for a change an older reader
 /// would misread; an attribute older readers safely ignore (a page's `next`, see
 /// [`page_item`]) keeps it.
-pub(crate) const FORMAT: u64 = 2;
+pub(crate) const FORMAT: u64 = 3;
+
+/// The format of every item but a delta page: an older (format-2) instance still reads them.
+pub(crate) const BASE_FORMAT: u64 = 2;
 
 pub(crate) fn check_format(item: &Item) -> Result<(), StoreError> {
     let format = item.get("format").map_or(Ok(1), |_| get_n(item, "format"))?;
@@ -101,19 +107,28 @@ pub(crate) fn run_item(run: &RunState, expires_at: u64) -> Item {
     item.insert("gsi1pk".into(), s(tenant_gsi_pk(&run.tenant)));
     item.insert("gsi1sk".into(), s(tenant_gsi_sk(run.created_at, &run.run_id)));
     item.insert("expires_at".into(), n(expires_at));
-    item.insert("format".into(), n(FORMAT));
+    item.insert("format".into(), n(BASE_FORMAT));
     item
 }
 
-/// One commit: the state after it, its events and its effects. The page of version `v` is
-/// the commit point of that version; writing it only if it does not exist is the run's
-/// optimistic concurrency.
+/// What a page carries of the state after its commit.
+pub(crate) enum PageBody<'a> {
+    /// The whole state: a checkpoint (attribute `doc`).
+    Full(&'a RunState),
+    /// What the commit changed (attribute `delta`, format 3).
+    Delta(&'a Delta),
+}
+
+/// One commit: the state after it (whole, or what changed), its events and its effects. The
+/// page of version `v` is the commit point of that version; writing it only if it does not
+/// exist is the run's optimistic concurrency.
 ///
 /// Effects that need a "sent" marker are in `effects`; a single next step (see
 /// [`proven_by_successor`]) is in `next` instead, so a format-2 reader without this rule sees
 /// no effects there and never re-sends it (its marker is never written).
 pub(crate) fn page_item(
     run: &RunState,
+    body: PageBody<'_>,
     events: &[RunEvent],
     effects: &[Effect],
     written_at: u64,
@@ -121,7 +136,17 @@ pub(crate) fn page_item(
 ) -> Result<Item, StoreError> {
     let mut item = keyed(run_pk(&run.run_id), page_sk(run.version));
     item.insert("version".into(), n(run.version));
-    item.insert("doc".into(), s(json(run)?));
+    let format = match body {
+        PageBody::Full(state) => {
+            item.insert("doc".into(), s(json(state)?));
+            BASE_FORMAT
+        }
+        PageBody::Delta(delta) => {
+            item.insert("delta".into(), s(json(delta)?));
+            FORMAT
+        }
+    };
+    item.insert("next_sequence".into(), n(run.next_sequence));
     item.insert("events".into(), s(json(&events)?));
     if proven_by_successor(effects) {
         item.insert("next".into(), s(json(&effects[0])?));
@@ -130,7 +155,7 @@ pub(crate) fn page_item(
     }
     item.insert("written_at".into(), n(written_at));
     item.insert("expires_at".into(), n(expires_at));
-    item.insert("format".into(), n(FORMAT));
+    item.insert("format".into(), n(format));
     Ok(item)
 }
 
@@ -147,7 +172,7 @@ pub(crate) fn vote_item(run_id: &str, interrupt_id: &str, vote: &Vote, expires_a
     item.insert("decided_by".into(), s(&vote.decided_by));
     item.insert("at".into(), n(vote.at));
     item.insert("expires_at".into(), n(expires_at));
-    item.insert("format".into(), n(FORMAT));
+    item.insert("format".into(), n(BASE_FORMAT));
     item
 }
 
@@ -168,10 +193,16 @@ pub(crate) fn workflow_directory_item(namespace: &str, workflow_id: &str) -> Ite
     item
 }
 
-/// A decoded page.
+/// A decoded page; its state is parsed only when asked for ([`Page::body`]).
 pub(crate) struct Page {
+    pub(crate) run_id: String,
     pub(crate) version: u64,
-    pub(crate) state: RunState,
+    /// The item's size by DynamoDB's rule.
+    pub(crate) bytes: usize,
+    /// The run's next event sequence after the commit.
+    pub(crate) next_sequence: u64,
+    /// The page's state document: `doc` (whole) or `delta`, as text.
+    body: StoredBody,
     pub(crate) events: Vec<RunEvent>,
     /// Effects that are sent once the page's marker exists.
     pub(crate) effects: Vec<Effect>,
@@ -181,15 +212,70 @@ pub(crate) struct Page {
     pub(crate) expires_at: Option<u64>,
 }
 
+enum StoredBody {
+    Full(String),
+    Delta(String),
+}
+
+/// A page's state, parsed.
+pub(crate) enum Body {
+    /// A checkpoint.
+    Full(Box<RunState>),
+    /// A delta on the previous version.
+    Delta(Delta),
+}
+
 impl Page {
     /// The sequence of the page's first event (the next sequence when it has none).
     pub(crate) fn first_sequence(&self) -> u64 {
-        self.state.next_sequence - self.events.len() as u64
+        self.next_sequence - self.events.len() as u64
     }
+
+    /// Whether the page carries the whole state.
+    pub(crate) fn is_checkpoint(&self) -> bool {
+        matches!(self.body, StoredBody::Full(_))
+    }
+
+    /// The page's state document, parsed.
+    pub(crate) fn body(&self) -> Result<Body, StoreError> {
+        match &self.body {
+            StoredBody::Full(text) => parse(text).map(|state| Body::Full(Box::new(state))),
+            StoredBody::Delta(text) => parse(text).map(Body::Delta),
+        }
+    }
+}
+
+/// The state at the newest of `pages` (given newest first, consecutive versions), rebuilt
+/// from the newest checkpoint among them and the deltas after it; `None` when they hold no
+/// checkpoint.
+pub(crate) fn fold_newest_first(pages: &[Page]) -> Result<Option<RunState>, StoreError> {
+    let Some(at) = pages.iter().position(Page::is_checkpoint) else { return Ok(None) };
+    let Body::Full(state) = pages[at].body()? else { unreachable!("a checkpoint page") };
+    let mut state = *state;
+    for page in pages[..at].iter().rev() {
+        match page.body()? {
+            Body::Full(full) => state = *full,
+            Body::Delta(delta) => delta.apply(&mut state)?,
+        }
+    }
+    Ok(Some(state))
 }
 
 pub(crate) fn decode_page(item: &Item) -> Result<Page, StoreError> {
     check_format(item)?;
+    let body = match (item.get("doc"), item.get("delta")) {
+        (Some(_), _) => StoredBody::Full(get_s(item, "doc")?.to_owned()),
+        (None, Some(_)) => StoredBody::Delta(get_s(item, "delta")?.to_owned()),
+        (None, None) => return Err(corrupt("doc")),
+    };
+    let next_sequence = match item.get("next_sequence") {
+        Some(_) => get_n(item, "next_sequence")?,
+        // Pages written before the attribute: the state has it.
+        None => match &body {
+            StoredBody::Full(text) => parse::<RunState>(text)?.next_sequence,
+            StoredBody::Delta(_) => return Err(corrupt("next_sequence")),
+        },
+    };
     let effects = match item.get("effects").and_then(|value| value.as_s().ok()) {
         Some(text) => parse(text)?,
         None => Vec::new(),
@@ -199,8 +285,11 @@ pub(crate) fn decode_page(item: &Item) -> Result<Page, StoreError> {
         None => None,
     };
     Ok(Page {
+        run_id: get_s(item, PK)?.trim_start_matches("RUN#").to_owned(),
         version: get_n(item, "version")?,
-        state: parse(get_s(item, "doc")?)?,
+        bytes: item_size(item),
+        next_sequence,
+        body,
         events: parse(get_s(item, "events")?)?,
         effects,
         next,
@@ -227,7 +316,7 @@ pub(crate) fn host_key(sk: &str) -> Item {
 pub(crate) fn marker_item(run_id: &str, version: u64, expires_at: u64) -> Item {
     let mut item = keyed(run_pk(run_id), marker_sk(version));
     item.insert("expires_at".into(), n(expires_at));
-    item.insert("format".into(), n(FORMAT));
+    item.insert("format".into(), n(BASE_FORMAT));
     item
 }
 
@@ -239,7 +328,7 @@ pub(crate) fn outbox_item(run_id: &str, version: u64, written_at: u64) -> Item {
     item.insert("version".into(), n(version));
     item.insert("written_at".into(), n(written_at));
     item.insert("expires_at".into(), n(written_at.saturating_add(OUTBOX_RETENTION_MS) / 1000));
-    item.insert("format".into(), n(FORMAT));
+    item.insert("format".into(), n(BASE_FORMAT));
     item
 }
 
@@ -374,7 +463,7 @@ mod tests {
 
     fn page(effects: &[Effect]) -> Item {
         let run = pending_run(&chain_workflow(), "run-f", "t");
-        page_item(&run, &[], effects, 7, 9).expect("page item")
+        page_item(&run, PageBody::Full(&run), &[], effects, 7, 9).expect("page item")
     }
 
     #[test]
@@ -409,7 +498,7 @@ mod tests {
             item.insert("format".into(), n(FORMAT + 1));
             let refused = check_format(&item);
             assert!(
-                matches!(refused, Err(StoreError::Unavailable(ref why)) if why.contains("format 3")),
+                matches!(refused, Err(StoreError::Unavailable(ref why)) if why.contains(&format!("format {}", FORMAT + 1))),
                 "{refused:?}"
             );
             let service: trellis_core::ServiceError = refused.unwrap_err().into();

@@ -7,7 +7,7 @@
 //!
 //! | item                | `pk`                                   | `sk`                   | notes |
 //! |---------------------|----------------------------------------|------------------------|-------|
-//! | commit page         | `RUN#<runId>`                          | `V#<version:020>`      | the state after the commit, its events and its effects; **the commit point** |
+//! | commit page         | `RUN#<runId>`                          | `V#<version:020>`      | the state after the commit (whole: a checkpoint; or what changed: a delta), its events and its effects; **the commit point** |
 //! | "sent" marker       | `RUN#<runId>`                          | `S#<version:020>`      | the page's effects reached their queues (not written for a single next step) |
 //! | outbox entry        | `OUTBOX#<bucket:020>#<shard>`          | `<writtenAt:020>#<runId>#<version:020>` | a page the reconciler looks at: an API commit with effects, or a failed send; 10-minute buckets, 4 shards, TTL 7 days |
 //! | run item            | `RUN#<runId>`                          | `STATE`                | tenant, status, creation time, `gsi1pk`/`gsi1sk` for listing; rewritten on status transitions only |
@@ -26,17 +26,22 @@
 //! carry `expires_at` too (creation plus `limits::IDEMPOTENCY_RETENTION_SECONDS`); TTL
 //! deletion is lazy, so claims and keyed creates treat an older record as absent.
 //!
-//! Pages, run items, votes, markers and outbox entries carry `format` (2: votes are items,
-//! the state keeps a tally); an item without it is format 1, still read (its state's votes
-//! still count); a newer format is `StoreError::Unavailable` (retryable: a deployment
-//! overlaps old and new instances), never `Corrupt`.
+//! Pages, run items, votes, markers and outbox entries carry `format`: 3 on a delta page, 2
+//! on everything else (votes are items, the state keeps a tally), so an instance of the
+//! previous build reads checkpoints and refuses deltas as retryable; an item without it is
+//! format 1, still read (its state's votes still count); a newer format is
+//! `StoreError::Unavailable` (retryable: a deployment overlaps old and new instances), never
+//! `Corrupt`.
 //!
 //! ## Commits
 //!
 //! A commit of version `v` is one conditional `PutItem` of page `V#v` (`attribute_not_exists`):
 //! two writers racing from the same version both target `V#v`, and exactly one wins — the
-//! run's optimistic concurrency needs no separate state item. The newest page is the run's
-//! state (one item read); events are read from the newest pages backwards. The effects ride
+//! run's optimistic concurrency needs no separate state item. A page carries the whole
+//! state (a checkpoint) or only what its commit changed (a delta, see `delta`): the state is
+//! the newest checkpoint with the deltas after it, and an instance that has the run cached
+//! at version `v` reads only the pages after `v` (`store/hot.rs`); events are read from the
+//! newest pages backwards. The effects ride
 //! in the page (the outbox); once sent, a tiny `S#v` marker records it, and a redelivered step
 //! or the scheduled reconciler re-sends exactly the pages without a marker. A page whose single
 //! effect is the run's next step keeps it in `next` and gets no marker: once the step is
@@ -49,10 +54,12 @@
 //! DynamoDB's limits — 100 items and 4 MB per transaction, 400 KB per item — are checked
 //! before sending and reported as `StoreError::LimitExceeded`, never retried.
 //!
-//! Cost per sequential step (the page ≤ 2 KB, no marker): 2 write units and 1 read unit;
-//! `trellis-bench-aws` measures it.
+//! Cost per sequential `core.noop` step (a delta page under 1 KB, no marker, a checkpoint
+//! every few steps, the run cached): about 1.3–1.4 write units and 1 read unit at any
+//! workflow length; `trellis-bench-aws` measures it.
 
 mod codec;
+mod delta;
 mod errors;
 mod keys;
 mod meter;

@@ -16,15 +16,19 @@ use trellis_core::ports::{
     CreateResult, HostSettings, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore, StoredWorkflow,
     WorkflowStore,
 };
+use trellis_core::run::Changes;
 use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
-use crate::codec::{self, check_limits, get_n, get_s, n, s, Item, Page};
+use crate::codec::{self, check_limits, get_n, get_s, n, s, Item, PageBody};
+use crate::delta::{header_of, CheckpointPolicy, Delta};
 use crate::errors::{is_size_limit, unavailable, unless_condition_failed};
-use crate::keys::{self, PAGE_PREFIX, PK, RUNS_BY_TENANT, SK};
+use crate::keys::{self, PK, RUNS_BY_TENANT, SK};
 use crate::meter::Meter;
 
+mod hot;
 mod outbox;
+mod reads;
 pub use outbox::UnsentPage;
 
 /// How often a commit is retried after `TransactionConflict` or an ambiguous failure.
@@ -38,6 +42,7 @@ pub struct DynamoStore {
     meter: std::sync::Arc<Meter>,
     retention_ms: u64,
     outbox_entries: bool,
+    hot: std::sync::Arc<hot::HotRuns>,
 }
 
 /// How long a run's items are kept after its creation unless configured otherwise.
@@ -69,6 +74,7 @@ impl DynamoStore {
             meter: std::sync::Arc::default(),
             retention_ms: DEFAULT_RETENTION_DAYS * 86_400_000,
             outbox_entries: false,
+            hot: std::sync::Arc::default(),
         }
     }
 
@@ -221,40 +227,46 @@ impl DynamoStore {
         }
     }
 
-    /// Pages of `run_id`, newest first, until (and including) the first for which `enough`
-    /// holds, or all of them.
-    async fn pages_newest_first(
+    /// The page of `run`'s commit: a delta when `changes` are tracked, the writer knows the
+    /// run's checkpoint policy at `expected_version` and the policy allows it; else a
+    /// checkpoint. Returns the item and the basis for a delta on it.
+    fn page_for(
         &self,
-        run_id: &str,
-        page_size: i32,
-        enough: impl Fn(&Page) -> bool,
-    ) -> Result<Vec<Page>, StoreError> {
-        let mut pages = Vec::new();
-        self.query_prefix(keys::run_pk(run_id), PAGE_PREFIX, false, page_size, |item| {
-            let page = codec::decode_page(item)?;
-            let done = enough(&page);
-            pages.push(page);
-            Ok(done)
-        })
-        .await?;
-        Ok(pages)
+        run: &RunState,
+        expected_version: Option<u64>,
+        changes: &Changes,
+        events: &[RunEvent],
+        effects: &[Effect],
+        written_at: u64,
+    ) -> Result<(Item, hot::Basis), StoreError> {
+        let expires_at = self.expires_at(run);
+        let basis = expected_version.filter(|_| !changes.all).and_then(|v| self.hot.basis_at(&run.run_id, v));
+        if let Some((policy, before)) = basis {
+            let (delta, header) = Delta::of(run, changes, &before)?;
+            let page = codec::page_item(run, PageBody::Delta(&delta), events, effects, written_at, expires_at)?;
+            let bytes = codec::item_size(&page);
+            if policy.allows_delta(bytes) {
+                return Ok((page, (policy.after_delta(bytes), std::sync::Arc::new(header))));
+            }
+        }
+        let page = codec::page_item(run, PageBody::Full(run), events, effects, written_at, expires_at)?;
+        let bytes = codec::item_size(&page);
+        Ok((page, (CheckpointPolicy::checkpoint(bytes), std::sync::Arc::new(header_of(run)?))))
     }
 
-    /// Writes a page alone (a commit that changes no status), or with the run item in one
+    /// Writes `page` alone (a commit that changes no status), or with the run item in one
     /// transaction (creation and status transitions), never overwriting an existing page.
     async fn write_page(
         &self,
         run: &RunState,
-        events: &[RunEvent],
-        effects: &[Effect],
+        page: Item,
+        has_effects: bool,
+        written_at: u64,
         extra: Vec<(Item, Option<&'static str>)>,
         values: Vec<(&str, aws_sdk_dynamodb::types::AttributeValue)>,
     ) -> Result<TransactOutcome, StoreError> {
-        let expires_at = self.expires_at(run);
-        let written_at = now_ms();
-        let page = codec::page_item(run, events, effects, written_at, expires_at)?;
         check_limits(&[&page])?;
-        if self.outbox_entries && !effects.is_empty() {
+        if self.outbox_entries && has_effects {
             // Before the commit, so a crash right after it leaves the entry; an entry whose
             // page was never written (or lost the race) is skipped by the reconciler.
             self.enlist_outbox(&run.run_id, run.version, written_at).await?;
@@ -462,8 +474,13 @@ impl RunStore for DynamoStore {
             values.push((":completed", s("completed")));
             values.push((":cutoff", n(record.created_at.saturating_sub(IDEMPOTENCY_RETENTION_MS))));
         }
-        match self.write_page(run, events, effects, extra, values).await? {
-            TransactOutcome::Done => Ok(CreateResult::Created),
+        let written_at = now_ms();
+        let (page, basis) = self.page_for(run, None, &Changes::all(), events, effects, written_at)?;
+        match self.write_page(run, page, !effects.is_empty(), written_at, extra, values).await? {
+            TransactOutcome::Done => {
+                self.hot.put(&run.run_id, run.version, None, basis);
+                Ok(CreateResult::Created)
+            }
             // Index 2 is the idempotency record (page, run item, record).
             TransactOutcome::ConditionFailed(2) if idempotency.is_some() => {
                 let record = idempotency.expect("checked above");
@@ -480,19 +497,32 @@ impl RunStore for DynamoStore {
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
-        // The newest page is the state: one item read.
-        let mut pages = self.pages_newest_first(run_id, 1, |_| true).await?;
-        let Some(page) = pages.pop() else { return Ok(None) };
-        if page.expires_at.is_some_and(|at| at <= now_ms() / 1000) {
-            return Ok(None);
-        }
-        Ok(Some(page.state))
+        self.read_run(run_id, false).await
+    }
+
+    async fn take_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
+        self.read_run(run_id, true).await
+    }
+
+    fn retain_run(&self, run: RunState) {
+        self.hot.retain(run);
     }
 
     async fn commit(
         &self,
         run: &RunState,
         expected_version: u64,
+        events: &[RunEvent],
+        effects: &[Effect],
+    ) -> Result<(), StoreError> {
+        self.commit_changes(run, expected_version, &Changes::all(), events, effects).await
+    }
+
+    async fn commit_changes(
+        &self,
+        run: &RunState,
+        expected_version: u64,
+        changes: &Changes,
         events: &[RunEvent],
         effects: &[Effect],
     ) -> Result<(), StoreError> {
@@ -510,9 +540,22 @@ impl RunStore for DynamoStore {
         for (interrupt_id, vote) in events.iter().filter_map(counted_vote) {
             extra.push((codec::vote_item(&run.run_id, &interrupt_id, &vote, self.expires_at(run)), None));
         }
-        match self.write_page(run, events, effects, extra, Vec::new()).await? {
-            TransactOutcome::Done => Ok(()),
-            TransactOutcome::ConditionFailed(_) => Err(StoreError::Conflict),
+        let written_at = now_ms();
+        let (page, basis) = self.page_for(run, Some(expected_version), changes, events, effects, written_at)?;
+        match self.write_page(run, page, !effects.is_empty(), written_at, extra, Vec::new()).await {
+            Ok(TransactOutcome::Done) => {
+                self.hot.put(&run.run_id, run.version, None, basis);
+                Ok(())
+            }
+            Ok(TransactOutcome::ConditionFailed(_)) => {
+                self.hot.forget(&run.run_id);
+                Err(StoreError::Conflict)
+            }
+            Err(error) => {
+                // Whether it landed is unknown: the next read finds out.
+                self.hot.forget(&run.run_id);
+                Err(error)
+            }
         }
     }
 

@@ -3,6 +3,7 @@
 //! entries of recent commits the reconciler reads instead of scanning the table.
 
 use trellis_core::engine::Effect;
+use trellis_core::ports::RunStore;
 use trellis_core::{RunState, StoreError};
 
 use super::DynamoStore;
@@ -39,7 +40,7 @@ fn unsent(page: Page, newest: Option<&RunState>) -> Option<UnsentPage> {
         None => (page.effects, false),
     };
     Some(UnsentPage {
-        run_id: page.state.run_id,
+        run_id: page.run_id,
         version: page.version,
         effects,
         written_at: page.written_at,
@@ -80,7 +81,7 @@ impl DynamoStore {
     pub async fn unsent_pages(&self, run_id: &str) -> Result<Vec<UnsentPage>, StoreError> {
         let sent = self.sent_versions(run_id).await?;
         let pages = self.pages_newest_first(run_id, 16, |_| false).await?;
-        let Some(newest) = pages.first().map(|page| page.state.clone()) else { return Ok(Vec::new()) };
+        let Some(newest) = codec::fold_newest_first(&pages)? else { return Ok(Vec::new()) };
         let mut unsent: Vec<UnsentPage> = pages
             .into_iter()
             .filter(|page| !sent.contains(&page.version))
@@ -104,9 +105,9 @@ impl DynamoStore {
         if page.next.is_none() {
             return Ok(unsent(page, None));
         }
-        let newest = self.pages_newest_first(run_id, 1, |_| true).await?.pop();
+        let newest = self.load_run(run_id).await?;
         match newest {
-            Some(newest) => Ok(unsent(page, Some(&newest.state))),
+            Some(newest) => Ok(unsent(page, Some(&newest))),
             None => Ok(None),
         }
     }

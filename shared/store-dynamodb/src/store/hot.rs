@@ -1,0 +1,127 @@
+//! The runs this instance read or wrote lately, by version: a Lambda container handles many
+//! steps of the same runs, and a run's page of version `v` never changes once written, so a
+//! state known at `v` plus the pages after it (usually none, or the one another instance
+//! wrote) is the current state — one small query instead of reading back to a checkpoint.
+//! Each entry also keeps the [`CheckpointPolicy`] of its run, which is how a writer knows
+//! whether its commit may be a delta.
+//!
+//! Bounded: at [`HOT_RUNS`] entries an arbitrary one goes. Losing an entry only costs the
+//! next read of that run a longer query.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use trellis_core::RunState;
+
+use crate::delta::{CheckpointPolicy, Header};
+
+/// How many runs an instance keeps.
+pub(crate) const HOT_RUNS: usize = 256;
+
+struct Hot {
+    version: u64,
+    /// The state at `version`, unless a caller took it ([`HotRuns::state`]) and has not
+    /// offered it back.
+    state: Option<RunState>,
+    policy: CheckpointPolicy,
+    /// The header at `version`, which a delta on it is taken against.
+    header: Arc<Header>,
+}
+
+/// What a writer needs to write a delta on a version: its run's checkpoint policy and the
+/// header at that version.
+pub(crate) type Basis = (CheckpointPolicy, Arc<Header>);
+
+/// The cache.
+#[derive(Default)]
+pub(crate) struct HotRuns {
+    entries: Mutex<HashMap<String, Hot>>,
+}
+
+impl std::fmt::Debug for HotRuns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotRuns").field("entries", &self.entries.lock().map(|e| e.len()).ok()).finish()
+    }
+}
+
+impl HotRuns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hot>> {
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The cached state of `run_id` and its policy: handed over (the entry keeps its version
+    /// and policy) when `take`, else copied.
+    pub(crate) fn state(&self, run_id: &str, take: bool) -> Option<(RunState, CheckpointPolicy)> {
+        let mut entries = self.lock();
+        let hot = entries.get_mut(run_id)?;
+        let state = if take { hot.state.take()? } else { hot.state.clone()? };
+        Some((state, hot.policy))
+    }
+
+    /// The basis of a delta on `run_id`'s `version`, if that is its newest known version.
+    pub(crate) fn basis_at(&self, run_id: &str, version: u64) -> Option<Basis> {
+        self.lock().get(run_id).filter(|hot| hot.version == version).map(|hot| (hot.policy, hot.header.clone()))
+    }
+
+    /// Records `run_id` at `version` (with its state unless a caller holds it).
+    pub(crate) fn put(&self, run_id: &str, version: u64, state: Option<RunState>, (policy, header): Basis) {
+        let mut entries = self.lock();
+        if entries.len() >= HOT_RUNS && !entries.contains_key(run_id) {
+            if let Some(evicted) = entries.keys().next().cloned() {
+                entries.remove(&evicted);
+            }
+        }
+        entries.insert(run_id.to_owned(), Hot { version, state, policy, header });
+    }
+
+    /// Keeps `run` if it is the newest version known of its run.
+    pub(crate) fn retain(&self, run: RunState) {
+        let mut entries = self.lock();
+        if let Some(hot) = entries.get_mut(&run.run_id) {
+            if hot.version == run.version {
+                hot.state = Some(run);
+            }
+        }
+    }
+
+    /// Drops what is known of `run_id` (a commit lost a race: another writer moved it).
+    pub(crate) fn forget(&self, run_id: &str) {
+        self.lock().remove(run_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use trellis_core::testing::{chain_workflow, pending_run};
+
+    use super::*;
+
+    #[test]
+    fn a_taken_state_comes_back_only_at_the_newest_version() {
+        let hot = HotRuns::default();
+        let run = pending_run(&chain_workflow(), "run-h", "t");
+        hot.put("run-h", run.version, Some(run.clone()), (CheckpointPolicy::checkpoint(10), Arc::default()));
+        let (taken, policy) = hot.state("run-h", true).expect("cached");
+        assert_eq!((taken.version, policy.checkpoint_bytes), (run.version, 10));
+        assert!(hot.state("run-h", false).is_none(), "taken, not copied");
+        assert_eq!(hot.basis_at("run-h", run.version).map(|b| b.0), Some(policy));
+        let mut other = taken.clone();
+        other.version += 1;
+        hot.retain(other);
+        assert!(hot.state("run-h", false).is_none(), "another version is not kept");
+        hot.retain(taken);
+        assert!(hot.state("run-h", false).is_some());
+        hot.forget("run-h");
+        assert!(hot.basis_at("run-h", run.version).is_none());
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let hot = HotRuns::default();
+        for i in 0..HOT_RUNS + 10 {
+            hot.put(&format!("run-{i}"), 1, None, (CheckpointPolicy::default(), Arc::default()));
+        }
+        assert_eq!(hot.lock().len(), HOT_RUNS);
+        assert!(hot.basis_at(&format!("run-{}", HOT_RUNS + 9), 1).is_some(), "the newest entry stays");
+    }
+}
