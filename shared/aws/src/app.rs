@@ -93,7 +93,11 @@ impl AwsApp {
         let services = Arc::new(
             Services::new(ports, settings.limits)
                 .with_test_seams(settings.test_seams)
-                .with_nodes(node_registry(&settings)),
+                .with_nodes(node_registry(&settings))
+                // A child run is created in the call that committed its parent's step, and a
+                // finished child advances its parent in the call that committed its end: no
+                // message and no invocation of their own (the queue stays the fallback).
+                .with_inline_children(true),
         );
         Self { services, store, effects, settings, task_context: TaskContext::default() }
     }

@@ -5,7 +5,10 @@
 //! a parent run go to the FIFO completion queue (grouped by parent, deduplicated by task id);
 //! everything else goes to the standard step queue. A timer more than 15 minutes out is sent
 //! with the longest delay SQS allows; the dispatcher finds it early, defers it, and sends it
-//! again (chained delays).
+//! again (chained delays). Child starts and a finished child's notice are carried out by the
+//! committing call itself ([`trellis_core::service::Services::with_inline_children`]); the
+//! queues carry them only when that failed, or when a redelivery or the reconciler re-sends
+//! a page.
 
 use std::sync::Arc;
 
@@ -138,7 +141,21 @@ impl EffectSink for SqsEffects {
     }
 
     async fn send_committed(&self, run_id: &str, version: u64, effects: &[Effect]) -> Result<(), StoreError> {
-        if let Err(error) = self.send(run_id, effects).await {
+        self.send_committed_except(run_id, version, effects, &[]).await
+    }
+
+    /// Sends the effects not `carried_out` already (a child the committing call created, a
+    /// parent it notified), then marks the page sent by the rule of all its effects: a page
+    /// whose effects were all carried out is marked like any other.
+    async fn send_committed_except(
+        &self,
+        run_id: &str,
+        version: u64,
+        effects: &[Effect],
+        carried_out: &[Effect],
+    ) -> Result<(), StoreError> {
+        let others: Vec<Effect> = effects.iter().filter(|effect| !carried_out.contains(effect)).cloned().collect();
+        if let Err(error) = self.send(run_id, &others).await {
             // The task may still be acknowledged: the reconciler's next sweep finds the page.
             return match self.store.enlist_outbox(run_id, version, self.clock.now()).await {
                 Ok(()) => {

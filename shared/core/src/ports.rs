@@ -260,6 +260,21 @@ pub trait EffectSink: Send + Sync {
         self.send(run_id, effects).await
     }
 
+    /// [`EffectSink::send_committed`] for a commit some of whose effects, `carried_out`, the
+    /// host already carried out itself (a child run created, a parent notified, in the call
+    /// that committed them): only the others are sent, and the commit is recorded as sent as
+    /// a whole. The default sends the others through [`EffectSink::send_committed`].
+    async fn send_committed_except(
+        &self,
+        run_id: &str,
+        version: u64,
+        effects: &[Effect],
+        carried_out: &[Effect],
+    ) -> Result<(), StoreError> {
+        let others: Vec<Effect> = effects.iter().filter(|effect| !carried_out.contains(effect)).cloned().collect();
+        self.send_committed(run_id, version, &others).await
+    }
+
     /// Repairs a crash between a commit and its send: makes sure the run's `outstanding`
     /// effects (derived from its state) are on their way. A sink that can tell which were
     /// already sent (an outbox) sends only the others.

@@ -186,6 +186,12 @@ pub struct ParentLink {
     /// How deep this run is nested: 1 for a child of a top-level run.
     #[serde(default = "first_level")]
     pub depth: u32,
+    /// The parent's deadline covers this run's: when the parent's run-duration limit runs
+    /// out (no later than this run's own) the parent cancels this run, so this run sends no
+    /// deadline timer of its own (see [`RunState::deadline_timer`]). Set at creation; a run
+    /// created without it (older builds) keeps its own timer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deadline_covered: bool,
 }
 
 fn first_level() -> u32 {
@@ -492,5 +498,20 @@ impl RunState {
     /// The first pending interrupt, if any.
     pub fn pending_interrupt(&self) -> Option<&InterruptRecord> {
         self.interrupts.iter().find(|record| record.is_pending())
+    }
+
+    /// When the run's duration limit runs out: its start plus `limits.run_duration_ms`
+    /// (`None` before it started).
+    pub fn deadline(&self) -> Option<Millis> {
+        self.started_at.map(|started| started.saturating_add(self.limits.run_duration_ms))
+    }
+
+    /// When the run's own deadline timer is due: its [`RunState::deadline`], unless its
+    /// parent's deadline covers it ([`ParentLink::deadline_covered`]) and it has no timer.
+    pub fn deadline_timer(&self) -> Option<Millis> {
+        if self.parent.as_ref().is_some_and(|parent| parent.deadline_covered) {
+            return None;
+        }
+        self.deadline()
     }
 }

@@ -170,6 +170,14 @@ async fn settle(
             services.notifier.committed(target);
             Ok(TaskResult::Repaired)
         }
+        Verdict::Ignored(reason) if task.deliveries > 1 && decision.run.status.is_terminal() => {
+            // A redelivery may follow a crash between the run's last commit and its send: that
+            // commit's effects (a notice to its parent, a cancel of its children) have no later
+            // task of the run to repair them, so its unsent pages are sent again here.
+            debug!(run_id = %task.run_id, task = %task.id, reason, "task redelivered to an ended run; re-sending");
+            services.effects.resend_outstanding(target, &outstanding_effects(&decision.run)).await?;
+            Ok(TaskResult::Repaired)
+        }
         Verdict::Ignored(reason) => {
             debug!(run_id = %task.run_id, task = %task.id, reason, "task ignored");
             Ok(TaskResult::Ignored)

@@ -241,7 +241,8 @@ fn a_parent_mirrors_a_waiting_child_and_a_child_notices_its_parent() {
 
     let child = gate(json!({}));
     let mut child_state = pending(&child, json!({}));
-    child_state.parent = Some(crate::run::ParentLink { run_id: "p".into(), node_id: "call".into(), depth: 1 });
+    child_state.parent =
+        Some(crate::run::ParentLink { run_id: "p".into(), node_id: "call".into(), depth: 1, deadline_covered: false });
     apply(&child, &mut child_state, Input::Start, 0);
     let suspended = apply(&child, &mut child_state, Input::Step { node_id: "gate".into(), activation: 1 }, 0);
     assert!(suspended.effects.iter().any(Effect::is_parent_notice), "{:?}", suspended.effects);

@@ -25,7 +25,7 @@ pub use orchestration::{
     child_inputs, ASK_USER_QUESTION, ASK_USER_VARIABLE, CONFIDENCE_ESCALATED, CONFIDENCE_FLOOR,
     DEFAULT_ESCALATION_THRESHOLD, DISPATCH_TYPE_ID, MAX_FAN_OUT,
 };
-pub use progress::PARENT_CANCELLED;
+pub use progress::{cancels_its_child, PARENT_CANCELLED};
 pub use transitions::apply;
 
 /// The engine version stamped on `run.started` and snapshots.
@@ -338,7 +338,8 @@ pub struct Outcome {
 }
 
 /// The effects a run still needs, derived from its state alone: a step for every scheduled
-/// node, a timer for every parked node, the deadline while it is live. Re-issuing them is how
+/// node, a timer for every parked node, the deadline timer while it is live (unless its
+/// parent's deadline covers it, see [`RunState::deadline_timer`]). Re-issuing them is how
 /// a redelivered task repairs a crash between commit and send.
 pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
     if state.status.is_terminal() || state.status == RunStatus::Pending {
@@ -383,8 +384,8 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
             _ => None,
         })
         .collect();
-    if let Some(started) = state.started_at {
-        effects.push(Effect::Deadline { due_at: started.saturating_add(state.limits.run_duration_ms) });
+    if let Some(due_at) = state.deadline_timer() {
+        effects.push(Effect::Deadline { due_at });
     }
     effects
 }
@@ -393,6 +394,8 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
 mod activity_tests;
 #[cfg(test)]
 mod control_tests;
+#[cfg(test)]
+mod deadline_tests;
 #[cfg(test)]
 mod decision_paths_tests;
 #[cfg(test)]

@@ -246,7 +246,9 @@ impl<'a> Transition<'a> {
         self.emit(types::RUN_STARTED, None, payload);
         let entry = self.workflow.definition.nodes[self.workflow.graph.entry].id.clone();
         self.schedule(&entry);
-        self.effects.push(Effect::Deadline { due_at: self.now.saturating_add(self.state.limits.run_duration_ms) });
+        if let Some(due_at) = self.state.deadline_timer() {
+            self.effects.push(Effect::Deadline { due_at });
+        }
         Verdict::Applied
     }
 
@@ -701,11 +703,7 @@ impl<'a> Transition<'a> {
             self.state.nodes.iter().filter(|(_, node)| node.is_active()).map(|(id, _)| id.clone()).collect();
         let now = self.now;
         for node_id in active {
-            let propagate = self
-                .workflow
-                .node(&node_id)
-                .and_then(|node| SubWorkflowConfig::parse(&node.config).ok())
-                .is_none_or(|config| config.propagate_cancellation);
+            let propagate = cancels_its_child(self.workflow, &node_id);
             let node = self.node_mut(&node_id);
             let child = (node.status == NodeStatus::WaitingChild).then(|| node.child_run_id.clone()).flatten();
             node.status = NodeStatus::Cancelled;
@@ -716,4 +714,14 @@ impl<'a> Transition<'a> {
             }
         }
     }
+}
+
+/// Whether a run of `workflow` cancels the child run its node `node_id` waits for when the
+/// node is cancelled (the run is cancelled, fails or runs out of time): always, unless the
+/// node is a `core.subWorkflow` with `propagateCancellation: false`.
+pub fn cancels_its_child(workflow: &Workflow, node_id: &str) -> bool {
+    workflow
+        .node(node_id)
+        .and_then(|node| SubWorkflowConfig::parse(&node.config).ok())
+        .is_none_or(|config| config.propagate_cancellation)
 }

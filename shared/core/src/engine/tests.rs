@@ -372,7 +372,12 @@ fn cancelling_a_parent_cancels_its_child_and_a_child_tells_its_parent() {
 
     let child_wf = workflow(json!([{"id": "x", "typeId": "core.delay", "config": {"delayMs": 60000}}]), json!([]));
     let mut child_state = pending(&child_wf, json!({}));
-    child_state.parent = Some(crate::run::ParentLink { run_id: "run-1".into(), node_id: "call".into(), depth: 1 });
+    child_state.parent = Some(crate::run::ParentLink {
+        run_id: "run-1".into(),
+        node_id: "call".into(),
+        depth: 1,
+        deadline_covered: false,
+    });
     apply(&child_wf, &mut child_state, Input::Start, 0);
     apply(&child_wf, &mut child_state, Input::Step { node_id: "x".into(), activation: 1 }, 0);
     let ended = apply(&child_wf, &mut child_state, Input::Cancel { reason: Some(PARENT_CANCELLED.into()) }, 7);

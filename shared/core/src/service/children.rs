@@ -9,7 +9,7 @@ use super::Services;
 use crate::engine::{self, Input};
 use crate::error::{ServiceError, StoreError};
 use crate::ports::CreateResult;
-use crate::run::{NodeStatus, ParentLink, RunError, RunStatus};
+use crate::run::{NodeStatus, ParentLink, RunError, RunState, RunStatus};
 
 /// What starting a child did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +28,10 @@ pub enum ChildStart {
 pub const MAX_CHILD_DEPTH: u32 = 32;
 
 impl Services {
-    /// Creates and starts child `child_run_id` of `workflow_id` for `parent_run_id`'s node.
+    /// Creates and starts child `child_run_id` of `workflow_id` for `parent_run_id`'s node
+    /// (the `StartChild` task): only while the parent's node still waits for it, and only if
+    /// it does not exist yet — a child that exists has its outstanding effects re-sent (the
+    /// sink sends only what may not have been sent).
     pub async fn start_child(
         &self,
         parent_run_id: &str,
@@ -37,16 +40,39 @@ impl Services {
         workflow_id: &str,
     ) -> Result<ChildStart, ServiceError> {
         let Some(parent) = self.store.load_run(parent_run_id).await? else { return Ok(ChildStart::NotExpected) };
-        let expects = !parent.status.is_terminal()
-            && parent.nodes.get(node_id).is_some_and(|node| {
-                node.status == NodeStatus::WaitingChild && node.child_run_id.as_deref() == Some(child_run_id)
-            });
-        if !expects {
+        if !expects(&parent, node_id, child_run_id) {
             return Ok(ChildStart::NotExpected);
         }
-        if self.store.load_run(child_run_id).await?.is_some() {
+        if let Some(child) = self.store.load_run(child_run_id).await? {
+            // A redelivered start may follow a crash between the child's creation and the
+            // send of its first effects, which no other task of the child would repair.
+            let outstanding = engine::outstanding_effects(&child);
+            self.effects.resend_outstanding(child_run_id, &outstanding).await?;
             return Ok(ChildStart::AlreadyExists);
         }
+        self.create_child(&parent, node_id, child_run_id, workflow_id).await
+    }
+
+    /// Creates and starts child `child_run_id` of `workflow_id` for `parent`'s node, `parent`
+    /// being the parent's state as read (or as just committed): nothing if the node no longer
+    /// waits for it. The creation is conditional (the child's id is deterministic), so a
+    /// child that exists already is left as it is and reported [`ChildStart::AlreadyExists`].
+    ///
+    /// The child inherits the parent's limits; when the parent's node cancels its child and
+    /// the parent's deadline comes no later than the child's, the child gets no deadline
+    /// timer of its own ([`crate::run::ParentLink::deadline_covered`]): the parent's deadline
+    /// cancels it first.
+    pub(super) async fn create_child(
+        &self,
+        parent: &RunState,
+        node_id: &str,
+        child_run_id: &str,
+        workflow_id: &str,
+    ) -> Result<ChildStart, ServiceError> {
+        if !expects(parent, node_id, child_run_id) {
+            return Ok(ChildStart::NotExpected);
+        }
+        let parent_run_id = parent.run_id.as_str();
         let depth = parent.parent.as_ref().map_or(0, |link| link.depth) + 1;
         if depth > MAX_CHILD_DEPTH {
             let error =
@@ -79,8 +105,8 @@ impl Services {
                 inputs.insert(variable.name.clone(), default.clone());
             }
         }
-        let parent_workflow = self.pinned_workflow(&parent).await?;
-        inputs.extend(crate::engine::child_inputs(&parent_workflow, &parent, node_id));
+        let parent_workflow = self.pinned_workflow(parent).await?;
+        inputs.extend(crate::engine::child_inputs(&parent_workflow, parent, node_id));
         let now = self.clock.now();
         let mut child = new_run(
             child_run_id.to_owned(),
@@ -91,7 +117,11 @@ impl Services {
             parent.limits.clone(),
             now,
         );
-        child.parent = Some(ParentLink { run_id: parent_run_id.to_owned(), node_id: node_id.to_owned(), depth });
+        let child_deadline = now.saturating_add(child.limits.run_duration_ms);
+        let deadline_covered = crate::engine::cancels_its_child(&parent_workflow, node_id)
+            && parent.deadline().is_some_and(|deadline| deadline <= child_deadline);
+        child.parent =
+            Some(ParentLink { run_id: parent_run_id.to_owned(), node_id: node_id.to_owned(), depth, deadline_covered });
         child.scope_id = parent.scope_id.clone();
         child.disabled_capabilities = parent.disabled_capabilities.clone();
         child.mocks_allowed |= parent.mocks_allowed;
@@ -127,30 +157,43 @@ impl Services {
     /// The parent's input for a child's notice, from the child's current state: it ended,
     /// or it now waits on an interrupt (or runs again), which the parent mirrors.
     pub async fn child_outcome(&self, child_run_id: &str, parent_node_id: &str) -> Result<Option<Input>, ServiceError> {
-        let Some(child) = self.store.load_run(child_run_id).await? else { return Ok(None) };
-        if !child.status.is_terminal() {
-            return Ok(Some(Input::ChildStatus {
-                node_id: parent_node_id.to_owned(),
-                child_run_id: child_run_id.to_owned(),
-                status: child.status,
-            }));
-        }
-        Ok(Some(Input::ChildFinished {
-            node_id: parent_node_id.to_owned(),
-            child_run_id: child_run_id.to_owned(),
-            status: child.status,
-            variables: child.variables,
-            error: child.error.map(|error| {
-                RunError::new(
-                    "child_failed",
-                    format!("the child run ended {}: {} ({})", child.status.as_str(), error.message, error.code),
-                )
-            }),
-        }))
+        Ok(self.store.load_run(child_run_id).await?.map(|child| notice_input(child, parent_node_id)))
     }
 
     /// Applies `input` to `run_id` and commits, re-deciding after lost races.
     pub async fn apply_until_committed(&self, run_id: &str, input: Input) -> Result<(), ServiceError> {
         self.advance(None, run_id, input, &super::NoHooks).await.map(|_| ())
+    }
+}
+
+/// Whether `parent`'s node `node_id` still waits for child `child_run_id`.
+fn expects(parent: &RunState, node_id: &str, child_run_id: &str) -> bool {
+    !parent.status.is_terminal()
+        && parent.nodes.get(node_id).is_some_and(|node| {
+            node.status == NodeStatus::WaitingChild && node.child_run_id.as_deref() == Some(child_run_id)
+        })
+}
+
+/// The parent's input for a notice from `child` in its current state: it ended, or it now
+/// waits on an interrupt (or runs again).
+pub(super) fn notice_input(child: RunState, parent_node_id: &str) -> Input {
+    if !child.status.is_terminal() {
+        return Input::ChildStatus {
+            node_id: parent_node_id.to_owned(),
+            child_run_id: child.run_id,
+            status: child.status,
+        };
+    }
+    Input::ChildFinished {
+        node_id: parent_node_id.to_owned(),
+        child_run_id: child.run_id,
+        status: child.status,
+        variables: child.variables,
+        error: child.error.map(|error| {
+            RunError::new(
+                "child_failed",
+                format!("the child run ended {}: {} ({})", child.status.as_str(), error.message, error.code),
+            )
+        }),
     }
 }

@@ -1,11 +1,13 @@
 //! The one commit loop every input to a run goes through — tasks, operator requests,
 //! activity outcomes and progress, delivery exhaustion: read the run, decide, commit against
-//! the version read, send the effects. A lost version race re-reads and re-decides after a
+//! the version read, send the effects (carrying out child starts and a finished child's
+//! notice first where the host does, see `inline`). A lost version race re-reads and re-decides after a
 //! jittered backoff (full jitter, doubling from [`BACKOFF_BASE_MS`] up to [`BACKOFF_CAP_MS`]),
 //! at most [`MAX_CONFLICT_RETRIES`] times; then the caller gets `unavailable` (retryable).
 //! Crash points are hooks ([`CommitHooks`]) so the crash-recovery tests can abort between
 //! the steps.
 
+use super::inline::Inline;
 use super::{Decision, Services};
 use crate::engine::{Input, Verdict};
 use crate::error::{ServiceError, StoreError};
@@ -51,6 +53,19 @@ impl Services {
         input: Input,
         hooks: &dyn CommitHooks,
     ) -> Result<Option<Decision>, ServiceError> {
+        self.advance_inline(tenant, run_id, input, hooks, Inline::All).await
+    }
+
+    /// [`Services::advance`], carrying out the committed effects `inline` names where the
+    /// host does ([`Services::with_inline_children`]).
+    pub(super) async fn advance_inline(
+        &self,
+        tenant: Option<&str>,
+        run_id: &str,
+        input: Input,
+        hooks: &dyn CommitHooks,
+        inline: Inline,
+    ) -> Result<Option<Decision>, ServiceError> {
         for race in 0..MAX_CONFLICT_RETRIES {
             let Some(decision) = self.decide(run_id, input.clone()).await? else { return Ok(None) };
             if tenant.is_some_and(|tenant| decision.run.tenant != tenant) {
@@ -73,7 +88,7 @@ impl Services {
             }
             decision.log_transition();
             hooks.after_commit();
-            self.send_effects(run_id, decision.run.version, &outcome.effects).await;
+            self.carry_out(&decision.run, &outcome.effects, inline).await;
             hooks.after_effects();
             return Ok(Some(decision));
         }

@@ -6,6 +6,7 @@ mod commit;
 mod control;
 mod create;
 mod idempotency;
+mod inline;
 mod seam_dispatch;
 mod seams;
 mod workflows;
@@ -53,6 +54,9 @@ pub struct Services {
     pub test_seams: bool,
     /// How many consecutive steps of a run one commit may hold ([`Services::with_step_chaining`]).
     chain_limit: usize,
+    /// Child starts and finished children's notices are carried out in the committing call
+    /// ([`Services::with_inline_children`]).
+    inline_children: bool,
     compiled: Mutex<HashMap<String, Arc<Workflow>>>,
 }
 
@@ -108,7 +112,19 @@ impl Services {
         let Ports { store, effects, clock, ids, notifier } = ports;
         let nodes = Arc::new(NodeRegistry::new());
         let compiled = Mutex::new(HashMap::new());
-        Self { store, effects, clock, ids, notifier, limits, nodes, test_seams: false, chain_limit: 0, compiled }
+        Self {
+            store,
+            effects,
+            clock,
+            ids,
+            notifier,
+            limits,
+            nodes,
+            test_seams: false,
+            chain_limit: 0,
+            inline_children: false,
+            compiled,
+        }
     }
 
     /// The same services running the node kinds of `nodes`.
@@ -258,8 +274,25 @@ impl Services {
     /// are in the store's outbox, where redelivery or the reconciler finds them (the sink
     /// enlists a page whose send failed for the reconciler, see `EffectSink::send_committed`).
     pub async fn send_effects(&self, run_id: &str, version: u64, effects: &[crate::engine::Effect]) {
+        self.send_effects_except(run_id, version, effects, &[]).await;
+    }
+
+    /// [`Services::send_effects`] for a commit whose effects `carried_out` this call already
+    /// carried out: only the others are sent (the commit is recorded as sent as a whole).
+    async fn send_effects_except(
+        &self,
+        run_id: &str,
+        version: u64,
+        effects: &[crate::engine::Effect],
+        carried_out: &[crate::engine::Effect],
+    ) {
         if !effects.is_empty() {
-            if let Err(error) = self.effects.send_committed(run_id, version, effects).await {
+            let sent = if carried_out.is_empty() {
+                self.effects.send_committed(run_id, version, effects).await
+            } else {
+                self.effects.send_committed_except(run_id, version, effects, carried_out).await
+            };
+            if let Err(error) = sent {
                 tracing::error!(run_id, %error, "sending effects failed and no repair is enlisted");
             }
         }
