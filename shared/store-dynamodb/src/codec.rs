@@ -470,7 +470,11 @@ mod tests {
     fn an_item_without_a_format_reads_as_the_old_format() {
         let mut item = page(&[step("a"), step("b")]);
         item.remove("format");
+        // A page of the first formats has neither `format` nor `next_sequence`.
+        item.remove("next_sequence");
         let decoded = decode_page(&item).expect("a page without `format` still reads");
+        assert!(decoded.is_checkpoint());
+        assert_eq!(decoded.first_sequence(), 0);
         assert_eq!(decoded.effects, [step("a"), step("b")]);
         assert_eq!((decoded.next, decoded.written_at), (None, 7));
         let vote = Vote { voter: "v".into(), action: "accept".into(), decided_by: "p".into(), at: 3 };
