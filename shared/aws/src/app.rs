@@ -102,11 +102,11 @@ impl AwsApp {
         Self { services, store, effects, settings, task_context: TaskContext::default() }
     }
 
-    /// The router state of the API function: the bundled fixtures are stored (once), keys
-    /// and the cursor secret come from the API settings, streams end before the deadline.
+    /// The router state of the API function: the bundled fixtures are stored (once per
+    /// fixture set: a later cold start reads one setting), keys and the cursor secret come
+    /// from the API settings, streams end before the deadline.
     pub async fn api_state(&self, api: &ApiSettings) -> Result<AppState, trellis_core::ServiceError> {
-        self.services.load_bundled_fixtures().await?;
-        let fixtures = self.services.advertised_fixtures().await;
+        let fixtures = self.services.bundled_fixtures().await?;
         let keys = ApiKey::parse_list(&api.api_keys).map_err(|_| trellis_core::ServiceError::Internal)?;
         Ok(AppState {
             services: self.services.clone(),

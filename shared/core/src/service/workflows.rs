@@ -151,7 +151,37 @@ impl Services {
     }
 }
 
+/// The host setting recording which bundled fixture set a store holds (see
+/// [`Services::bundled_fixtures`]).
+const BUNDLED_SETTING: &str = "bundled-fixtures";
+
 impl Services {
+    /// Stores the bundled fixtures ([`Services::load_bundled_fixtures`]) unless the store
+    /// already holds this exact set for this node registry, and returns the ids to advertise
+    /// ([`Services::advertised_fixtures`]). A host setting records the set's digest and the
+    /// ids, so a cold start against a store that has them costs one settings read instead of
+    /// a read (and a compile) per fixture — what a serverless API function pays at every cold
+    /// start.
+    pub async fn bundled_fixtures(&self) -> Result<Vec<String>, ServiceError> {
+        let digest = crate::model::content_hash(&serde_json::json!({
+            "fixtures": crate::bundled::FIXTURES,
+            "nodes": self.nodes.type_ids(),
+        }));
+        if let Some(Value::Object(record)) = self.store.setting(BUNDLED_SETTING).await? {
+            let ids = record.get("advertised").and_then(Value::as_array);
+            if let (Some(Value::String(stored)), Some(ids)) = (record.get("digest"), ids) {
+                if *stored == digest {
+                    return Ok(ids.iter().filter_map(|id| id.as_str().map(str::to_owned)).collect());
+                }
+            }
+        }
+        self.load_bundled_fixtures().await?;
+        let advertised = self.advertised_fixtures().await;
+        let record = serde_json::json!({"digest": digest, "advertised": advertised});
+        self.store.put_setting(BUNDLED_SETTING, &record).await?;
+        Ok(advertised)
+    }
+
     /// Stores the vendored conformance fixtures in the global namespace. A document already
     /// stored is left as it is, so a cold start writes nothing after the first.
     pub async fn load_bundled_fixtures(&self) -> Result<(), ServiceError> {
