@@ -310,7 +310,7 @@ async fn dispatch_figures(apps: &Apps<'_>, sqs: &aws_sdk_sqs::Client, queues: [&
             Ok(trellis_core::service::CreateOutcome::Created(run)) => run_ids.push(run.run_id),
             other => panic!("unexpected {other:?}"),
         }
-        breakdown.add("supervisor run created (API)", created, apps.totals());
+        breakdown.add("supervisor run created (API)".into(), created, apps.totals());
     }
     let (mut invocations, mut receives, mut deletes) = (0u64, 0u64, 0u64);
     loop {
@@ -414,30 +414,30 @@ async fn delayed_messages(sqs: &aws_sdk_sqs::Client, queues: [&str; 2]) -> u64 {
     delayed
 }
 
-/// The kind of a step-queue message, for the breakdown.
-fn message_kind(body: &str) -> &'static str {
-    let kind = trellis_aws::message::StepMessage::decode(body).map(|message| message.effect);
-    match kind {
-        Ok(trellis_core::engine::Effect::Step { .. }) => "step message",
-        Ok(trellis_core::engine::Effect::StartChild { .. }) => "start-child message",
-        Ok(trellis_core::engine::Effect::NotifyParent { .. }) => "parent notice (FIFO)",
-        Ok(trellis_core::engine::Effect::Deadline { .. }) => "deadline timer",
-        Ok(_) => "other message",
-        Err(_) => "unparseable message",
+/// The kind of a step-queue message, for the breakdown (steps by node).
+fn message_kind(body: &str) -> String {
+    use trellis_core::engine::Effect;
+    match trellis_aws::message::StepMessage::decode(body).map(|message| message.effect) {
+        Ok(Effect::Step { node_id, .. }) => format!("step of `{node_id}`"),
+        Ok(Effect::StartChild { .. }) => "start-child message".into(),
+        Ok(Effect::NotifyParent { .. }) => "parent notice (FIFO)".into(),
+        Ok(Effect::Deadline { .. }) => "deadline timer".into(),
+        Ok(_) => "other message".into(),
+        Err(_) => "unparseable message".into(),
     }
 }
 
 /// What each kind of handled message (and the API's creations) cost, per dispatched worker.
 #[derive(Default)]
 struct Breakdown {
-    rows: Vec<(&'static str, u64, u64, u64, u64)>,
+    rows: Vec<(String, u64, u64, u64, u64)>,
 }
 
 impl Breakdown {
     /// Adds the usage between `before` and `after` to `kind`'s row (one handling).
     fn add(
         &mut self,
-        kind: &'static str,
+        kind: String,
         before: (trellis_store_dynamodb::Usage, u64),
         after: (trellis_store_dynamodb::Usage, u64),
     ) {
