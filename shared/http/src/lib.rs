@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod discovery;
 pub mod error;
+mod event_json;
 pub mod idempotency;
 mod render;
 mod routes;

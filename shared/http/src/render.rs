@@ -1,9 +1,10 @@
-//! Wire renderings of the stored model: the `RunSnapshot` and the `RunEventDoc`.
+//! Wire renderings of the stored model: the `RunSnapshot` (the `RunEventDoc` is written by
+//! [`crate::event_json`]).
 
 use serde_json::{json, Value};
 use trellis_core::engine::ENGINE_VERSION;
 use trellis_core::timefmt::rfc3339;
-use trellis_core::{RunEvent, RunState};
+use trellis_core::RunState;
 
 /// `eventLogSchemaVersion` of every run on the v1 wire.
 pub(crate) const EVENT_LOG_SCHEMA_VERSION: u32 = 2;
@@ -42,20 +43,8 @@ pub(crate) fn project_id(id: &str) -> String {
     out
 }
 
-/// The event document for `wire`.
-pub(crate) fn event_doc_for(wire: Wire, tenant: &str, run_id: &str, event: &RunEvent) -> Value {
-    match wire {
-        Wire::V1 => event_doc(run_id, event),
-        Wire::V2 => {
-            let mut doc = event_doc(&wire_run_id(wire, tenant, run_id), event);
-            doc["engineVersion"] = json!(ENGINE_VERSION_NUMBER);
-            doc
-        }
-    }
-}
-
 /// The engine version as the v2 wire's integer.
-const ENGINE_VERSION_NUMBER: u32 = 1;
+pub(crate) const ENGINE_VERSION_NUMBER: u32 = 1;
 
 /// The snapshot for `wire`. v2: the run id is tenant-bound (and so are parent and child
 /// ids), links are unversioned and projected, `owner.subject` names the principal, and
@@ -92,29 +81,6 @@ pub(crate) fn snapshot_for(wire: Wire, run: &RunState) -> Value {
         }
     }
     doc
-}
-
-/// The `RunEventDoc` of `event` in `run_id`'s log. The event id is derived from the run and
-/// sequence, so it is stable across re-reads.
-pub(crate) fn event_doc(run_id: &str, event: &RunEvent) -> Value {
-    // Built field by field: every event page renders every event, and `json!` would
-    // re-serialize the payload instead of copying it.
-    let mut doc = serde_json::Map::with_capacity(10);
-    doc.insert("eventId".into(), Value::String(format!("{run_id}:{}", event.sequence)));
-    doc.insert("runId".into(), Value::String(run_id.to_owned()));
-    doc.insert("type".into(), Value::String(event.event_type.clone()));
-    doc.insert("payload".into(), event.payload.clone());
-    doc.insert("timestamp".into(), Value::String(rfc3339(event.timestamp)));
-    doc.insert("sequence".into(), Value::from(event.sequence));
-    doc.insert("schemaVersion".into(), Value::from(1));
-    doc.insert("engineVersion".into(), Value::String(ENGINE_VERSION.to_owned()));
-    if let Some(node_id) = &event.node_id {
-        doc.insert("nodeId".into(), Value::String(node_id.clone()));
-    }
-    if let Some(cause) = event.causation {
-        doc.insert("causationId".into(), Value::String(format!("{run_id}:{cause}")));
-    }
-    Value::Object(doc)
 }
 
 /// The `RunSnapshot` of `run`.

@@ -35,8 +35,9 @@ use trellis_core::RunState;
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
+use crate::event_json::{page_response, EventDocs, V2Page};
 use crate::idempotency::KeyedRequest;
-use crate::render::{event_doc_for, project_id, wire_run_id, Wire};
+use crate::render::{project_id, wire_run_id, Wire};
 use crate::routes::{events, interrupts, list, stream};
 use crate::AppState;
 
@@ -224,7 +225,7 @@ async fn poll(
     State(state): State<AppState>,
     Path(run_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     caller.require(Scope::RunsRead)?;
     let internal = internal_id(&caller, &run_id)?;
     let after = events::query_sequence(query.get("afterSequence"), "afterSequence")?;
@@ -234,15 +235,15 @@ async fn poll(
         Some(event) => event.sequence as i64,
         None => (run.next_sequence as i64 - 1).max(after.map_or(-1, |a| a as i64)),
     };
-    let docs: Vec<Value> =
-        events.iter().map(|event| event_doc_for(Wire::V2, &run.tenant, &run.run_id, event)).collect();
-    Ok(Json(json!({
-        "runId": wire_run_id(Wire::V2, &run.tenant, &run.run_id),
-        "events": docs,
-        "lastSequence": last,
-        "status": run.status.as_str(),
-        "isTerminal": run.status.is_terminal(),
-    })))
+    let id = wire_run_id(Wire::V2, &run.tenant, &run.run_id);
+    let page = V2Page {
+        events: EventDocs::new(Wire::V2, &id, &events),
+        is_terminal: run.status.is_terminal(),
+        last_sequence: last,
+        run_id: &id,
+        status: run.status.as_str(),
+    };
+    page_response(&page, &page.events)
 }
 
 /// `POST /runs/{runId}/interrupts/{nodeId}` with `{resumeValue}`.

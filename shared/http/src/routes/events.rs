@@ -4,14 +4,15 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, State};
-use axum::Json;
-use serde_json::{json, Value};
+use axum::response::Response;
+use serde_json::json;
 use trellis_core::event::types;
 use trellis_core::{RunEvent, RunState};
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
-use crate::render::event_doc;
+use crate::event_json::{page_response, EventDocs, V1Page};
+use crate::render::Wire;
 use crate::AppState;
 
 /// The longest a poll waits for a new event, whatever `timeout` asks for.
@@ -91,22 +92,22 @@ pub(crate) async fn poll(
     State(state): State<AppState>,
     Path(run_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     caller.require(Scope::RunsRead)?;
     let after = cursor(&query)?;
     let (run, events) = collect(&state, caller.tenant(), &run_id, after, wait_budget(&query)?).await?;
     let terminal = run.status.is_terminal();
     let last = events.last().map(|event| event.sequence as i64).unwrap_or(after.map_or(-1, |s| s as i64));
     let drained = events.last().is_none_or(|event| types::is_terminal(&event.event_type));
-    let docs: Vec<Value> = events.iter().map(|event| event_doc(&run.run_id, event)).collect();
-    Ok(Json(json!({
-        "runId": run.run_id,
-        "events": docs,
-        "lastEventSeq": last,
-        "runStatus": run.status.as_str(),
-        "isTerminal": terminal,
-        "isComplete": terminal && drained,
-    })))
+    let page = V1Page {
+        events: EventDocs::new(Wire::V1, &run.run_id, &events),
+        is_complete: terminal && drained,
+        is_terminal: terminal,
+        last_event_seq: last,
+        run_id: &run.run_id,
+        run_status: run.status.as_str(),
+    };
+    page_response(&page, &page.events)
 }
 
 #[cfg(test)]

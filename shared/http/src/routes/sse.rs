@@ -24,7 +24,8 @@ use trellis_core::event::types;
 use trellis_core::RunEvent;
 
 use super::stream::Filter;
-use crate::render::{event_doc_for, Wire};
+use crate::event_json::{event_value, EventDoc};
+use crate::render::{wire_run_id, Wire};
 use crate::AppState;
 
 /// Events read from the store per round.
@@ -151,13 +152,14 @@ impl Stream {
                 match (self.filter, self.buffer) {
                     (Filter::Values, _) => {}
                     (_, Some(window)) => {
-                        self.held.push(event_doc_for(self.wire, &self.tenant, &self.run_id, event));
+                        self.held.push(event_value(self.wire, &self.tenant, &self.run_id, event));
                         self.held_last = event.sequence;
                         self.flush_at.get_or_insert_with(|| Instant::now() + window);
                         out.flush |= event.event_type == types::NODE_SUSPENDED;
                     }
                     (_, None) => {
-                        let data = event_doc_for(self.wire, &self.tenant, &self.run_id, event).to_string();
+                        let id = wire_run_id(self.wire, &self.tenant, &self.run_id);
+                        let data = serde_json::to_string(&EventDoc::new(self.wire, &id, event)).unwrap_or_default();
                         out.bytes.extend(frame(Some(event.sequence), &event.event_type, &data));
                     }
                 }

@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use futures_util::stream;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
-use crate::render::{event_doc_for, wire_run_id, Wire};
+use crate::event_json::{page_response, EventDocs, V1Page, V2Page};
+use crate::render::{wire_run_id, Wire};
 use crate::AppState;
 
 use super::sse;
@@ -170,33 +170,36 @@ pub(crate) async fn open(
         };
         let limit = list_limit(query)?;
         let (run, events) = state.services.events(tenant, run_id, after, limit).await?;
-        let docs: Vec<Value> = events
-            .iter()
-            .filter(|event| filter.admits(&event.event_type))
-            .map(|event| event_doc_for(wire, tenant, &run.run_id, event))
-            .collect();
         let terminal = run.status.is_terminal();
         let drained = events.len() < limit
             || events.last().is_some_and(|event| trellis_core::event::types::is_terminal(&event.event_type));
         let last = events.last().map(|e| e.sequence as i64).unwrap_or(after.map_or(-1, |s| s as i64));
-        let body = match wire {
-            Wire::V1 => json!({
-                "runId": run.run_id,
-                "events": docs,
-                "lastEventSeq": last,
-                "runStatus": run.status.as_str(),
-                "isTerminal": terminal,
-                "isComplete": terminal && drained,
-            }),
-            Wire::V2 => json!({
-                "runId": wire_run_id(wire, tenant, &run.run_id),
-                "events": docs,
-                "lastSequence": last,
-                "status": run.status.as_str(),
-                "isTerminal": terminal,
-            }),
+        let id = wire_run_id(wire, tenant, &run.run_id);
+        let admitted = events.iter().filter(|event| filter.admits(&event.event_type));
+        let docs = EventDocs::new(wire, &id, admitted);
+        let mut response = match wire {
+            Wire::V1 => {
+                let page = V1Page {
+                    events: docs,
+                    is_complete: terminal && drained,
+                    is_terminal: terminal,
+                    last_event_seq: last,
+                    run_id: &id,
+                    run_status: run.status.as_str(),
+                };
+                page_response(&page, &page.events)?
+            }
+            Wire::V2 => {
+                let page = V2Page {
+                    events: docs,
+                    is_terminal: terminal,
+                    last_sequence: last,
+                    run_id: &id,
+                    status: run.status.as_str(),
+                };
+                page_response(&page, &page.events)?
+            }
         };
-        let mut response = Json(body).into_response();
         response.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
         return Ok(response);
     }
