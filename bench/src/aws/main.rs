@@ -9,6 +9,7 @@
 //! Run it through the emulator wrapper:
 //! `unshare -n bash scripts/emulators.sh run -- ./target/release/trellis-bench-aws`
 
+mod cold;
 mod reconciler;
 mod startup;
 
@@ -81,7 +82,7 @@ async fn main() {
     // Runs are created and approvals resolved by the API function (its commits write outbox
     // entries), steps handled by the dispatcher, as deployed.
     let api = AwsApp::new_api(settings.clone(), &config);
-    let app = AwsApp::new(settings, &config);
+    let app = AwsApp::new(settings.clone(), &config);
     let apps = Apps { app: &app, api: &api };
 
     let nodes: Vec<_> = (0..args.nodes).map(|i| json!({"id": format!("n{i}"), "typeId": "core.noop"})).collect();
@@ -125,6 +126,7 @@ async fn main() {
         deletes as f64 / steps,
         invocations as f64 / steps,
     );
+    cold::figures(&api, &settings, &sqs, &principal, args.runs, args.nodes).await;
     approval_figures(&apps, &sqs, &queue_url, &principal, args.runs).await;
     dispatch_figures(&apps, &sqs, [&queue_url, &completion_url], args.runs).await;
     if args.retained > 0 {
@@ -192,7 +194,7 @@ impl Apps<'_> {
 }
 
 /// A received message as the event-source mapping hands it over, on its first delivery.
-fn first_delivery(message: &aws_sdk_sqs::types::Message) -> SqsMessage {
+pub(crate) fn first_delivery(message: &aws_sdk_sqs::types::Message) -> SqsMessage {
     let mut record = SqsMessage::default();
     record.message_id = message.message_id().map(str::to_owned);
     record.body = message.body().map(str::to_owned);
