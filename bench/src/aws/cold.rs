@@ -1,8 +1,9 @@
 //! The chain's per-step cost when no step lands on an instance that has seen its run: every
-//! message is handled by a fresh app (a new container, its run cache empty), so each read
-//! goes back to the newest checkpoint and each commit is a checkpoint (a writer that does not
-//! know the previous version writes the whole state). The worst case a busy fleet
-//! approaches; the warm figure is the best. Prints figures; asserts nothing.
+//! message is handled by a fresh app (a new container: its run cache and compiled workflows
+//! empty), so each read goes back to the newest checkpoint and the workflow definition is
+//! read again (the commit can still be a delta: reading back to the checkpoint tells the
+//! writer its basis). The worst case a busy fleet approaches; the warm figure is the best.
+//! Prints figures; asserts nothing.
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use serde_json::json;
