@@ -50,6 +50,71 @@ pub fn proven_by_successor(effects: &[Effect]) -> bool {
     matches!(effects, [Effect::Step { .. }])
 }
 
+/// What shows, in the data, that one effect of a page without a "sent" marker was sent or
+/// carried out (the proof of each effect; `store/outbox.rs` checks them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proof<'a> {
+    /// The run's next step: once handled, its node is no longer scheduled at that activation
+    /// in the run's newest state (the successor page).
+    Successor {
+        /// The step's node.
+        node_id: &'a str,
+        /// Its activation.
+        activation: u32,
+    },
+    /// A child's start: the child run exists and its creation page was sent — or the
+    /// parent's node no longer waits for it (a start sent again would do nothing).
+    ChildCreated {
+        /// The parent's node.
+        node_id: &'a str,
+        /// The child's deterministic id.
+        child_run_id: &'a str,
+    },
+    /// A notice to the parent: the parent no longer waits for this child at that node (it
+    /// applied the child's end, or moved on) and the parent's own pages were sent.
+    ParentMovedOn {
+        /// The parent run.
+        parent_run_id: &'a str,
+        /// The parent's node.
+        parent_node_id: &'a str,
+    },
+    /// Nothing in the data: only the marker tells.
+    Marker,
+}
+
+/// The proof of `effect` (see [`Proof`]).
+pub(crate) fn proof(effect: &Effect) -> Proof<'_> {
+    match effect {
+        Effect::Step { node_id, activation, .. } => Proof::Successor { node_id, activation: *activation },
+        Effect::StartChild { node_id, child_run_id, .. } => Proof::ChildCreated { node_id, child_run_id },
+        Effect::NotifyParent { parent_run_id, parent_node_id, .. } => {
+            Proof::ParentMovedOn { parent_run_id, parent_node_id }
+        }
+        _ => Proof::Marker,
+    }
+}
+
+/// Whether a page whose `effects` were sent, `carried_out` ones by the committing call
+/// itself, needs its "sent" marker. Not for a single next step ([`proven_by_successor`], in
+/// `next`), and not when every effect was carried out and its proof is already in the data:
+/// a child the call created ([`Proof::ChildCreated`]), a parent it notified
+/// ([`Proof::ParentMovedOn`]). Everything else keeps the marker — steps among other effects
+/// too: they ride in `effects`, which an older reader re-sends whenever the marker is
+/// missing, and a re-sent step that finds its node moved on re-sends the run's unsent pages
+/// again (a loop between older readers). A re-sent child start or notice ends instead: the
+/// start finds the parent no longer waiting (or the child existing), the notice a parent that
+/// no longer waits, and neither re-sends the page it came from.
+pub(crate) fn needs_marker(effects: &[Effect], carried_out: &[Effect]) -> bool {
+    if proven_by_successor(effects) {
+        return false;
+    }
+    effects.is_empty()
+        || !effects.iter().all(|effect| {
+            carried_out.contains(effect)
+                && matches!(proof(effect), Proof::ChildCreated { .. } | Proof::ParentMovedOn { .. })
+        })
+}
+
 /// The TTL attribute of an idempotency record: its creation plus the retention, in epoch
 /// seconds (DynamoDB deletes it some time after; lookups ignore it from then on).
 fn idempotency_expiry(created_at: u64) -> AttributeValue {
@@ -514,6 +579,56 @@ mod tests {
         let mut malformed = page(&[step("a")]);
         malformed.insert("format".into(), s("two"));
         assert!(matches!(decode_page(&malformed), Err(StoreError::Corrupt(_))), "a malformed attribute is corrupt");
+    }
+
+    fn start_child(child: &str) -> Effect {
+        Effect::StartChild {
+            node_id: "call".into(),
+            activation: 1,
+            child_run_id: child.into(),
+            workflow_id: "kid".into(),
+            due_at: 5,
+        }
+    }
+
+    fn notice() -> Effect {
+        Effect::NotifyParent { parent_run_id: "parent".into(), parent_node_id: "call".into(), at_version: 3, due_at: 5 }
+    }
+
+    #[test]
+    fn each_effect_names_its_proof() {
+        assert_eq!(proof(&step("a")), Proof::Successor { node_id: "a", activation: 1 });
+        assert_eq!(proof(&start_child("kid-1")), Proof::ChildCreated { node_id: "call", child_run_id: "kid-1" });
+        assert_eq!(proof(&notice()), Proof::ParentMovedOn { parent_run_id: "parent", parent_node_id: "call" });
+        let others = [
+            Effect::Wake { node_id: "a".into(), activation: 1, due_at: 5 },
+            Effect::CancelChild { child_run_id: "kid-1".into(), due_at: 5 },
+            Effect::Execute { node_id: "a".into(), activation: 1, attempt: 0, due_at: 5 },
+        ];
+        for effect in others {
+            assert_eq!(proof(&effect), Proof::Marker, "{effect:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_next_step_and_carried_out_child_effects_go_without_a_marker() {
+        // The single next step: its successor proves it, whatever was carried out.
+        assert!(!needs_marker(&[step("a")], &[]));
+        // Child starts and notices the committing call carried out: the data proves them.
+        assert!(!needs_marker(&[start_child("kid-1")], &[start_child("kid-1")]));
+        assert!(!needs_marker(&[notice()], &[notice()]));
+        let both = [start_child("kid-1"), start_child("kid-2")];
+        assert!(!needs_marker(&both, &both), "every effect carried out: each has its proof");
+        // Sent to a queue instead (carrying it out failed): the marker records it.
+        assert!(needs_marker(&[start_child("kid-1")], &[]));
+        assert!(needs_marker(&[notice()], &[]));
+        assert!(needs_marker(&both, &[start_child("kid-1")]), "one of two carried out");
+        // A step among other effects rides in `effects`, which older readers re-send.
+        assert!(needs_marker(&[start_child("kid-1"), step("a")], &[start_child("kid-1")]));
+        assert!(needs_marker(&[step("a"), step("b")], &[]));
+        let wake = Effect::Wake { node_id: "a".into(), activation: 1, due_at: 5 };
+        assert!(needs_marker(&[wake.clone()], &[wake]), "a timer has no proof in the data");
+        assert!(needs_marker(&[], &[]), "unchanged for an empty page");
     }
 
     #[test]

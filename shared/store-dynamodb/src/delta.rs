@@ -94,7 +94,7 @@ impl Delta {
         let header: RunState =
             serde_json::from_value(Value::Object(fields)).map_err(|error| StoreError::Corrupt(error.to_string()))?;
         let edges_fit = self.edges.keys().all(|&index| index < self.edge_count);
-        if header.version != state.version + 1 || self.edge_count != state.edges.len() || !edges_fit {
+        if Some(header.version) != state.version.checked_add(1) || self.edge_count != state.edges.len() || !edges_fit {
             return Err(StoreError::Corrupt(format!(
                 "a delta page of version {} ({} edges) does not follow state version {} ({} edges)",
                 header.version,
@@ -135,6 +135,10 @@ impl Delta {
 /// How many times its size in deltas a checkpoint is followed by, at most.
 pub(crate) const CHECKPOINT_RATIO: usize = 3;
 
+/// Past this bound of the state's size every commit is a checkpoint (DynamoDB items hold
+/// 400 KB; the margin covers the checkpoint's own attributes and events).
+pub(crate) const MAX_DELTA_STATE_BYTES: usize = 300 * 1024;
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CheckpointPolicy {
     /// Bytes of the newest checkpoint page.
@@ -149,9 +153,20 @@ impl CheckpointPolicy {
         Self { checkpoint_bytes: bytes, since_bytes: 0 }
     }
 
-    /// Whether a delta page of `bytes` may be written (else a checkpoint).
+    /// Whether a delta page of `bytes` may be written (else a checkpoint): within the ratio,
+    /// and only while the state stays well under what one checkpoint page can hold — a
+    /// state that grew past it in deltas could never be checkpointed again (a cold
+    /// instance, a lost race or the policy would need one), so the commit that would cross
+    /// the item limit is refused as a checkpoint, as it was before deltas.
     pub(crate) fn allows_delta(&self, bytes: usize) -> bool {
         self.since_bytes + bytes <= CHECKPOINT_RATIO * self.checkpoint_bytes
+            && self.state_bytes_bound() + bytes <= MAX_DELTA_STATE_BYTES
+    }
+
+    /// An upper bound of the state's size: the checkpoint plus everything written since (a
+    /// delta carries each value it changes whole, and its events besides).
+    pub(crate) fn state_bytes_bound(&self) -> usize {
+        self.checkpoint_bytes + self.since_bytes
     }
 
     /// After a delta page of `bytes`.
@@ -218,5 +233,8 @@ mod tests {
         let policy = policy.after_delta(100).after_delta(100);
         assert!(policy.allows_delta(budget - 200));
         assert!(!policy.allows_delta(budget - 199));
+        // A state near the item limit is only ever checkpointed.
+        let large = CheckpointPolicy::checkpoint(MAX_DELTA_STATE_BYTES - 100);
+        assert!(large.allows_delta(100) && !large.allows_delta(101));
     }
 }

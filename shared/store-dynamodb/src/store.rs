@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
@@ -42,6 +43,7 @@ pub struct DynamoStore {
     meter: std::sync::Arc<Meter>,
     retention_ms: u64,
     outbox_entries: bool,
+    delta_pages: bool,
     hot: std::sync::Arc<hot::HotRuns>,
 }
 
@@ -74,6 +76,7 @@ impl DynamoStore {
             meter: std::sync::Arc::default(),
             retention_ms: DEFAULT_RETENTION_DAYS * 86_400_000,
             outbox_entries: false,
+            delta_pages: true,
             hot: std::sync::Arc::default(),
         }
     }
@@ -84,6 +87,15 @@ impl DynamoStore {
     /// completion) do without; their sink enlists a page only when its send fails.
     pub fn with_outbox_entries(mut self) -> Self {
         self.outbox_entries = true;
+        self
+    }
+
+    /// Writes every commit as a checkpoint (format 2) when `enabled` is false, while still
+    /// reading delta pages: the first phase of a rollout that must stay reversible (an
+    /// instance of a build before delta pages refuses a run whose newest page is a delta),
+    /// and the phase to go back through before rolling back to such a build.
+    pub fn with_delta_pages(mut self, enabled: bool) -> Self {
+        self.delta_pages = enabled;
         self
     }
 
@@ -240,7 +252,9 @@ impl DynamoStore {
         written_at: u64,
     ) -> Result<(Item, hot::Basis), StoreError> {
         let expires_at = self.expires_at(run);
-        let basis = expected_version.filter(|_| !changes.all).and_then(|v| self.hot.basis_at(&run.run_id, v));
+        let basis = expected_version
+            .filter(|_| self.delta_pages && !changes.all)
+            .and_then(|v| self.hot.basis_at(&run.run_id, v));
         if let Some((policy, before)) = basis {
             let (delta, header) = Delta::of(run, changes, &before)?;
             let page = codec::page_item(run, PageBody::Delta(&delta), events, effects, written_at, expires_at)?;
@@ -277,8 +291,9 @@ impl DynamoStore {
                 .client
                 .put_item()
                 .table_name(&self.table)
-                .set_item(Some(page))
+                .set_item(Some(page.clone()))
                 .condition_expression("attribute_not_exists(pk)")
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
                 .send()
                 .await;
             return match written {
@@ -286,7 +301,17 @@ impl DynamoStore {
                     self.meter.write(size);
                     Ok(TransactOutcome::Done)
                 }
-                Err(error) if error.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+                Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
+                    // The SDK retries a request whose answer it lost; if the first attempt
+                    // landed, the page there is this very page (same content, same
+                    // `written_at`): the commit is ours, not a lost race.
+                    let PutItemError::ConditionalCheckFailedException(failed) = service.into_err() else {
+                        unreachable!("checked above")
+                    };
+                    if failed.item() == Some(&page) {
+                        self.meter.write(size);
+                        return Ok(TransactOutcome::Done);
+                    }
                     Ok(TransactOutcome::ConditionFailed(0))
                 }
                 Err(error) if is_size_limit(&error) => Err(StoreError::LimitExceeded(format!("{error:?}"))),
@@ -497,11 +522,11 @@ impl RunStore for DynamoStore {
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
-        self.read_run(run_id, false).await
+        self.read_run(run_id, reads::ReadMode::Copy).await
     }
 
     async fn take_run(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
-        self.read_run(run_id, true).await
+        self.read_run(run_id, reads::ReadMode::Take).await
     }
 
     fn retain_run(&self, run: RunState) {
@@ -551,6 +576,8 @@ impl RunStore for DynamoStore {
                 self.hot.forget(&run.run_id);
                 Err(StoreError::Conflict)
             }
+            // Refused before sending: the basis still holds (a failed attempt is recorded on it).
+            Err(error @ StoreError::LimitExceeded(_)) => Err(error),
             Err(error) => {
                 // Whether it landed is unknown: the next read finds out.
                 self.hot.forget(&run.run_id);
@@ -720,7 +747,8 @@ impl RunStore for DynamoStore {
                 codec::check_format(item)?;
                 let expired = get_n(item, "expires_at").is_ok_and(|at| at <= now_s);
                 if runs.len() < limit && !expired {
-                    if let Some(run) = self.load_run(get_s(item, "pk")?.trim_start_matches("RUN#")).await? {
+                    let run_id = get_s(item, "pk")?.trim_start_matches("RUN#");
+                    if let Some(run) = self.read_run(run_id, reads::ReadMode::Listing).await? {
                         runs.push(run);
                     }
                 }

@@ -69,6 +69,9 @@ async fn delta_pages_rebuild_the_same_state_warm_cold_and_across_writers() {
     let workflow = long_chain(40);
     let mut run = trellis_core::testing::pending_run(&workflow, "run-delta", "t");
     writer.create_run(&run, &[], &[], None).await.expect("created");
+    // An instance that read the run once, at its creation, and then not for 40 commits.
+    let stale = DynamoStore::new(client.clone(), table.clone()).with_retention_days(36_500);
+    assert_eq!(stale.load_run("run-delta").await.unwrap().as_ref(), Some(&run));
     let mut inputs = vec![Input::Start];
     let mut step = 0;
     while let Some(input) = inputs.pop() {
@@ -96,6 +99,12 @@ async fn delta_pages_rebuild_the_same_state_warm_cold_and_across_writers() {
     // A cold instance reads it from a checkpoint and the deltas after it.
     let cold = DynamoStore::new(client.clone(), table.clone()).with_retention_days(36_500);
     assert_eq!(cold.load_run("run-delta").await.unwrap().as_ref(), Some(&run));
+    // Too far behind to catch up page by page, the stale copy is replaced from a checkpoint,
+    // at no more than a cold read's cost.
+    let before = stale.usage().read_units;
+    assert_eq!(stale.load_run("run-delta").await.unwrap().as_ref(), Some(&run));
+    let cold_units = cold.usage().read_units;
+    assert!(stale.usage().read_units - before <= cold_units + 1, "{:?} vs {:?}", stale.usage(), cold.usage());
     // Most pages are deltas, and every delta page is small next to a checkpoint.
     let pages = client
         .query()
@@ -116,6 +125,29 @@ async fn delta_pages_rebuild_the_same_state_warm_cold_and_across_writers() {
     let largest_checkpoint = checkpoints.iter().map(|item| crate::item_size(item)).max().unwrap();
     assert!(largest_checkpoint > 3 * largest, "checkpoint {largest_checkpoint} B, delta {largest} B");
     assert!(deltas.iter().all(|item| crate::codec::get_n(item, "format") == Ok(crate::codec::FORMAT)));
+    // With delta pages off, a writer writes checkpoints only (and still reads deltas).
+    let cautious = DynamoStore::new(client.clone(), table.clone()).with_retention_days(36_500).with_delta_pages(false);
+    let mut again = trellis_core::testing::pending_run(&workflow, "run-cautious", "t");
+    cautious.create_run(&again, &[], &[], None).await.expect("created");
+    let mut current = cautious.take_run("run-cautious").await.unwrap().unwrap();
+    let outcome = engine::apply(&workflow, &mut current, Input::Start, 10);
+    current.version = again.version + 1;
+    cautious
+        .commit_changes(&current, again.version, &outcome.changes, &outcome.events, &outcome.effects)
+        .await
+        .unwrap();
+    again = current;
+    let newest = cautious.load_run("run-cautious").await.unwrap().unwrap();
+    assert_eq!(newest, again);
+    let page = client
+        .get_item()
+        .table_name(&table)
+        .key("pk", crate::codec::s("RUN#run-cautious"))
+        .key("sk", crate::codec::s(crate::keys::page_sk(1)))
+        .send()
+        .await
+        .unwrap();
+    assert!(page.item().is_some_and(|item| item.contains_key("doc")), "a checkpoint: {page:?}");
     // Events still read in order across delta and checkpoint pages.
     let events = cold.events_after("run-delta", None, 10_000).await.unwrap();
     assert_eq!(events.len() as u64, run.next_sequence);

@@ -5,8 +5,9 @@
 //! Each entry also keeps the [`CheckpointPolicy`] of its run, which is how a writer knows
 //! whether its commit may be a delta.
 //!
-//! Bounded: at [`HOT_RUNS`] entries an arbitrary one goes. Losing an entry only costs the
-//! next read of that run a longer query.
+//! Bounded by count ([`HOT_RUNS`]) and by the states' size ([`HOT_BYTES`], from each run's
+//! checkpoint policy, which bounds its serialized size): past either, arbitrary entries go.
+//! Losing an entry only costs the next read of that run a longer query.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,10 @@ use crate::delta::{CheckpointPolicy, Header};
 
 /// How many runs an instance keeps.
 pub(crate) const HOT_RUNS: usize = 256;
+
+/// How many bytes of serialized state an instance keeps, at most (a 256 MB function holds
+/// the states in memory at a few times their JSON size).
+pub(crate) const HOT_BYTES: usize = 16 * 1024 * 1024;
 
 struct Hot {
     version: u64,
@@ -35,17 +40,56 @@ pub(crate) type Basis = (CheckpointPolicy, Arc<Header>);
 /// The cache.
 #[derive(Default)]
 pub(crate) struct HotRuns {
-    entries: Mutex<HashMap<String, Hot>>,
+    entries: Mutex<Entries>,
+}
+
+#[derive(Default)]
+struct Entries {
+    by_run: HashMap<String, Hot>,
+    /// The sum of the entries' state size bounds.
+    bytes: usize,
+}
+
+impl Hot {
+    fn bytes(&self) -> usize {
+        self.policy.state_bytes_bound()
+    }
+}
+
+impl Entries {
+    fn get_mut(&mut self, run_id: &str) -> Option<&mut Hot> {
+        self.by_run.get_mut(run_id)
+    }
+
+    fn get(&self, run_id: &str) -> Option<&Hot> {
+        self.by_run.get(run_id)
+    }
+
+    fn remove(&mut self, run_id: &str) {
+        if let Some(hot) = self.by_run.remove(run_id) {
+            self.bytes -= hot.bytes();
+        }
+    }
+
+    fn insert(&mut self, run_id: String, hot: Hot) {
+        self.remove(&run_id);
+        while !self.by_run.is_empty() && (self.by_run.len() >= HOT_RUNS || self.bytes + hot.bytes() > HOT_BYTES) {
+            let Some(evicted) = self.by_run.keys().next().cloned() else { break };
+            self.remove(&evicted);
+        }
+        self.bytes += hot.bytes();
+        self.by_run.insert(run_id, hot);
+    }
 }
 
 impl std::fmt::Debug for HotRuns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HotRuns").field("entries", &self.entries.lock().map(|e| e.len()).ok()).finish()
+        f.debug_struct("HotRuns").field("entries", &self.entries.lock().map(|e| e.by_run.len()).ok()).finish()
     }
 }
 
 impl HotRuns {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hot>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -65,13 +109,7 @@ impl HotRuns {
 
     /// Records `run_id` at `version` (with its state unless a caller holds it).
     pub(crate) fn put(&self, run_id: &str, version: u64, state: Option<RunState>, (policy, header): Basis) {
-        let mut entries = self.lock();
-        if entries.len() >= HOT_RUNS && !entries.contains_key(run_id) {
-            if let Some(evicted) = entries.keys().next().cloned() {
-                entries.remove(&evicted);
-            }
-        }
-        entries.insert(run_id.to_owned(), Hot { version, state, policy, header });
+        self.lock().insert(run_id.to_owned(), Hot { version, state, policy, header });
     }
 
     /// Keeps `run` if it is the newest version known of its run.
@@ -121,7 +159,15 @@ mod tests {
         for i in 0..HOT_RUNS + 10 {
             hot.put(&format!("run-{i}"), 1, None, (CheckpointPolicy::default(), Arc::default()));
         }
-        assert_eq!(hot.lock().len(), HOT_RUNS);
+        assert_eq!(hot.lock().by_run.len(), HOT_RUNS);
         assert!(hot.basis_at(&format!("run-{}", HOT_RUNS + 9), 1).is_some(), "the newest entry stays");
+        // By size too: large states push others out, and the sum stays under the budget.
+        for i in 0..8 {
+            hot.put(&format!("big-{i}"), 1, None, (CheckpointPolicy::checkpoint(HOT_BYTES / 3), Arc::default()));
+        }
+        let entries = hot.lock();
+        assert!(entries.bytes <= HOT_BYTES, "{} bytes kept", entries.bytes);
+        assert_eq!(entries.bytes, entries.by_run.values().map(Hot::bytes).sum::<usize>());
+        assert!(entries.get("big-7").is_some());
     }
 }

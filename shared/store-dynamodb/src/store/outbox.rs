@@ -1,13 +1,26 @@
 //! The outbox side of [`DynamoStore`]: which committed pages may still have effects to send
-//! ("sent" markers, marker-less next steps proven by the newest state), and the outbox
-//! entries of recent commits the reconciler reads instead of scanning the table.
+//! ("sent" markers, and for a page without one the proof of each effect in the data), and
+//! the outbox entries of recent commits the reconciler reads instead of scanning the table.
+//!
+//! A page without a marker is checked effect by effect ([`codec::proof`]): a step is proven
+//! once its node left that activation in the run's newest state; a child start once the
+//! parent no longer waits for the child, or the child exists and its creation page was sent;
+//! a notice to the parent once the parent no longer waits for this child and has no unsent
+//! page itself. The checks of another run's pages (the child's creation page, the parent's
+//! pages) count child starts and notices as proven only when moot, so a check reads a
+//! bounded number of items and never loops (a child's page names its parent, the parent's
+//! page the child). They run on the repair paths only (redelivery, the reconciler).
+
+use std::future::Future;
+use std::pin::Pin;
 
 use trellis_core::engine::Effect;
 use trellis_core::ports::RunStore;
+use trellis_core::run::NodeStatus;
 use trellis_core::{RunState, StoreError};
 
 use super::DynamoStore;
-use crate::codec::{self, get_n, get_s, n, s, Page};
+use crate::codec::{self, get_n, get_s, n, s, Page, Proof};
 use crate::errors::unavailable;
 use crate::keys::{self, MARKER_PREFIX, PAGE_PREFIX, PK, SK};
 
@@ -18,46 +31,100 @@ pub struct UnsentPage {
     pub run_id: String,
     /// The page's version.
     pub version: u64,
-    /// Its effects.
+    /// Its effects, all of them.
     pub effects: Vec<Effect>,
+    /// Those of [`UnsentPage::effects`] the data shows sent or carried out (or moot): only
+    /// the others need sending again (see [`UnsentPage::outstanding`]).
+    pub settled: Vec<Effect>,
     /// When it was written (ms).
     pub written_at: u64,
     /// The page's items' `expires_at`.
     pub expires_at: u64,
-    /// Whether it is a single next step written without a marker (see
-    /// [`crate::proven_by_successor`]): its node is still scheduled in the run's newest
-    /// state, which is what a step still in its queue looks like too, so a caller leaves it
-    /// to its writer for a while.
+    /// Whether every outstanding effect is a step whose node is still scheduled (a single
+    /// next step written without a marker, see [`crate::proven_by_successor`]): that is what
+    /// a step still in its queue looks like too, so a caller leaves it to its writer for a
+    /// while.
     pub unproven: bool,
 }
 
-/// `page` as unsent (its marker is known to be missing) unless it has no effects, or it is a
-/// marker-less next step that `newest` shows handled.
-fn unsent(page: Page, newest: Option<&RunState>) -> Option<UnsentPage> {
-    let (effects, unproven) = match page.next {
-        Some(next) => (newest.is_some_and(|newest| still_outstanding(newest, &next)).then(|| vec![next])?, true),
-        None if page.effects.is_empty() => return None,
-        None => (page.effects, false),
-    };
-    Some(UnsentPage {
-        run_id: page.run_id,
-        version: page.version,
-        effects,
-        written_at: page.written_at,
-        expires_at: page.expires_at.unwrap_or(0),
-        unproven,
-    })
+impl UnsentPage {
+    /// The effects to send again: those not [`UnsentPage::settled`].
+    pub fn outstanding(&self) -> Vec<Effect> {
+        self.effects.iter().filter(|effect| !self.settled.contains(effect)).cloned().collect()
+    }
 }
 
-/// Whether `next` (a marker-less page's single step) is still outstanding in `newest`: its
-/// node is still scheduled at that activation. Once the step is handled the node moves on
-/// (the proof that it was sent); a newer activation or an ended run makes it moot.
-fn still_outstanding(newest: &RunState, next: &Effect) -> bool {
-    let Effect::Step { node_id, activation, .. } = next else { return true };
-    !newest.status.is_terminal()
-        && newest.nodes.get(node_id).is_some_and(|node| {
-            node.status == trellis_core::run::NodeStatus::Scheduled && node.activation == *activation
+/// What the data says about one effect of a page without a marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Evidence {
+    /// Sent or carried out, or moot: sending it again would do nothing.
+    Proven,
+    /// A step whose node is still scheduled at its activation: on its queue, or lost.
+    Pending,
+    /// No proof: it may never have been sent.
+    Missing,
+}
+
+/// How far a check follows a proof into other runs (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Depth {
+    /// A page the caller asked about: a child start looks at the child's creation page, a
+    /// notice at the parent's pages.
+    Deep,
+    /// A page a deep check looks at: child starts and notices count only when moot.
+    Shallow,
+}
+
+/// The boxed future of a check that reads another run's pages (the checks recurse once).
+type Check<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Whether `parent` still waits for child `child_run_id` at `node_id`: the run goes on and
+/// the node waits for that child (what a child start and a child's notice are checked
+/// against, as their handlers do).
+fn waits_for(parent: &RunState, node_id: &str, child_run_id: &str) -> bool {
+    !parent.status.is_terminal()
+        && parent.nodes.get(node_id).is_some_and(|node| {
+            node.status == NodeStatus::WaitingChild && node.child_run_id.as_deref() == Some(child_run_id)
         })
+}
+
+/// The evidence for a step of `node_id` at `activation` in the run's `newest` state: pending
+/// while the node is still scheduled at that activation; once the step is handled the node
+/// moves on (the proof that it was sent), and a newer activation, an ended or a vanished run
+/// make it moot.
+fn step_evidence(newest: Option<&RunState>, node_id: &str, activation: u32) -> Evidence {
+    let scheduled = newest.is_some_and(|newest| {
+        !newest.status.is_terminal()
+            && newest
+                .nodes
+                .get(node_id)
+                .is_some_and(|node| node.status == NodeStatus::Scheduled && node.activation == activation)
+    });
+    if scheduled {
+        Evidence::Pending
+    } else {
+        Evidence::Proven
+    }
+}
+
+/// The evidence for a page's effects: `None` when all are proven, else the proven ones and
+/// whether every other one is merely pending.
+fn verdict(effects: &[Effect], evidence: &[Evidence]) -> Option<(Vec<Effect>, bool)> {
+    if evidence.iter().all(|evidence| *evidence == Evidence::Proven) {
+        return None;
+    }
+    let settled = effects
+        .iter()
+        .zip(evidence)
+        .filter(|(_, evidence)| **evidence == Evidence::Proven)
+        .map(|(effect, _)| effect.clone())
+        .collect();
+    Some((settled, evidence.iter().all(|evidence| *evidence != Evidence::Missing)))
+}
+
+/// A page's effects, wherever they ride (`next` or `effects`).
+fn page_effects(page: &Page) -> Vec<Effect> {
+    page.next.iter().chain(&page.effects).cloned().collect()
 }
 
 impl DynamoStore {
@@ -76,24 +143,126 @@ impl DynamoStore {
     }
 
     /// Committed pages of `run_id` whose effects may not have been sent, oldest first: pages
-    /// with effects and no marker, and a marker-less next step whose node is still scheduled
-    /// in the newest state (`unproven`).
+    /// without a marker one of whose effects the data does not prove sent (a step whose node
+    /// is still scheduled in the newest state is `unproven`).
     pub async fn unsent_pages(&self, run_id: &str) -> Result<Vec<UnsentPage>, StoreError> {
-        let sent = self.sent_versions(run_id).await?;
-        let pages = self.pages_newest_first(run_id, 16, |_| false).await?;
-        let Some(newest) = codec::fold_newest_first(&pages)? else { return Ok(Vec::new()) };
-        let mut unsent: Vec<UnsentPage> = pages
-            .into_iter()
-            .filter(|page| !sent.contains(&page.version))
-            .filter_map(|page| unsent(page, Some(&newest)))
-            .collect();
-        unsent.reverse();
-        Ok(unsent)
+        self.unsent_pages_at(run_id, Depth::Deep).await
+    }
+
+    fn unsent_pages_at<'a>(&'a self, run_id: &'a str, depth: Depth) -> Check<'a, Vec<UnsentPage>> {
+        Box::pin(async move {
+            let sent = self.sent_versions(run_id).await?;
+            let pages = self.pages_newest_first(run_id, 16, |_| false).await?;
+            let newest = match codec::fold_newest_first(&pages)? {
+                Some(newest) => Some(newest),
+                // No checkpoint among them (should not happen: they are all of the run's pages).
+                None if pages.is_empty() => return Ok(Vec::new()),
+                None => self.load_run(run_id).await?,
+            };
+            let mut unsent = Vec::new();
+            for page in pages.into_iter().rev().filter(|page| !sent.contains(&page.version)) {
+                let effects = page_effects(&page);
+                if effects.is_empty() {
+                    continue;
+                }
+                if let Some(page) = self.unsent(page, effects, newest.as_ref(), depth).await? {
+                    unsent.push(page);
+                }
+            }
+            Ok(unsent)
+        })
+    }
+
+    /// `page` (without a marker) as unsent unless the data proves each of its `effects`
+    /// sent, `newest` being its run's newest state.
+    async fn unsent(
+        &self,
+        page: Page,
+        effects: Vec<Effect>,
+        newest: Option<&RunState>,
+        depth: Depth,
+    ) -> Result<Option<UnsentPage>, StoreError> {
+        let mut evidence = Vec::with_capacity(effects.len());
+        for effect in &effects {
+            evidence.push(self.evidence(&page.run_id, effect, newest, depth).await?);
+        }
+        let Some((settled, unproven)) = verdict(&effects, &evidence) else { return Ok(None) };
+        Ok(Some(UnsentPage {
+            run_id: page.run_id,
+            version: page.version,
+            effects,
+            settled,
+            written_at: page.written_at,
+            expires_at: page.expires_at.unwrap_or(0),
+            unproven,
+        }))
+    }
+
+    /// The evidence for `effect` of a page of `run_id`, whose newest state is `newest`.
+    async fn evidence(
+        &self,
+        run_id: &str,
+        effect: &Effect,
+        newest: Option<&RunState>,
+        depth: Depth,
+    ) -> Result<Evidence, StoreError> {
+        Ok(match codec::proof(effect) {
+            Proof::Marker => Evidence::Missing,
+            Proof::Successor { node_id, activation } => step_evidence(newest, node_id, activation),
+            Proof::ChildCreated { node_id, child_run_id } => {
+                if !newest.is_some_and(|parent| waits_for(parent, node_id, child_run_id)) {
+                    // A start sent again would find the parent not waiting and do nothing.
+                    Evidence::Proven
+                } else if depth == Depth::Shallow || !self.creation_sent(child_run_id).await? {
+                    Evidence::Missing
+                } else {
+                    Evidence::Proven
+                }
+            }
+            Proof::ParentMovedOn { parent_run_id, parent_node_id } => {
+                let Some(parent) = self.load_run(parent_run_id).await? else { return Ok(Evidence::Proven) };
+                if waits_for(&parent, parent_node_id, run_id) {
+                    Evidence::Missing
+                } else if depth == Depth::Shallow
+                    || self.unsent_pages_at(parent_run_id, Depth::Shallow).await?.is_empty()
+                {
+                    Evidence::Proven
+                } else {
+                    // The parent's commit that applied the notice may be what is unsent: the
+                    // notice sent again finds the parent moved on, which re-sends its pages.
+                    Evidence::Missing
+                }
+            }
+        })
+    }
+
+    /// Whether run `run_id` exists and its creation page (its first) was sent: it has its
+    /// marker, or the data proves each of its effects sent (shallowly).
+    fn creation_sent<'a>(&'a self, run_id: &'a str) -> Check<'a, bool> {
+        Box::pin(async move {
+            let mut first = None;
+            self.query_prefix(keys::run_pk(run_id), PAGE_PREFIX, true, 1, |item| {
+                first = Some(codec::decode_page(item)?);
+                Ok(true)
+            })
+            .await?;
+            let Some(page) = first else { return Ok(false) };
+            if let Some(marker) = self.get(codec::marker_key(run_id, page.version)).await? {
+                codec::check_format(&marker)?;
+                return Ok(true);
+            }
+            let effects = page_effects(&page);
+            if effects.is_empty() {
+                return Ok(true);
+            }
+            let newest = self.load_run(run_id).await?;
+            Ok(self.unsent(page, effects, newest.as_ref(), Depth::Shallow).await?.is_none())
+        })
     }
 
     /// Page `version` of `run_id` if its effects may not have been sent (as in
-    /// [`DynamoStore::unsent_pages`]): a marker read, then the page, then — for a marker-less
-    /// next step — the newest page.
+    /// [`DynamoStore::unsent_pages`]): a marker read, then the page, then what its effects'
+    /// proofs need (the run's newest state, the child's or the parent's pages).
     pub async fn unsent_page(&self, run_id: &str, version: u64) -> Result<Option<UnsentPage>, StoreError> {
         let marker = self.get(codec::marker_key(run_id, version)).await?;
         if let Some(marker) = marker {
@@ -102,14 +271,33 @@ impl DynamoStore {
         }
         let Some(item) = self.get(codec::page_key(run_id, version)).await? else { return Ok(None) };
         let page = codec::decode_page(&item)?;
-        if page.next.is_none() {
-            return Ok(unsent(page, None));
+        let effects = page_effects(&page);
+        if effects.is_empty() {
+            return Ok(None);
         }
-        let newest = self.load_run(run_id).await?;
-        match newest {
-            Some(newest) => Ok(unsent(page, Some(&newest))),
-            None => Ok(None),
+        let needs_newest = effects
+            .iter()
+            .any(|effect| matches!(codec::proof(effect), Proof::Successor { .. } | Proof::ChildCreated { .. }));
+        let newest = if needs_newest { self.load_run(run_id).await? } else { None };
+        self.unsent(page, effects, newest.as_ref(), Depth::Deep).await
+    }
+
+    /// Records that the effects of `run_id`'s page `version` were sent, `carried_out` ones by
+    /// the committing call itself: writes its marker, unless the data proves them sent
+    /// without one (a single next step; child starts and notices the call carried out, see
+    /// [`codec::needs_marker`]). `now` is the time of the send (ms).
+    pub async fn record_sent(
+        &self,
+        run_id: &str,
+        version: u64,
+        effects: &[Effect],
+        carried_out: &[Effect],
+        now: u64,
+    ) -> Result<(), StoreError> {
+        if !codec::needs_marker(effects, carried_out) {
+            return Ok(());
         }
+        self.mark_sent(run_id, version, self.marker_expiry(now)).await
     }
 
     /// Records that the effects of `run_id`'s page `version` were sent (one small item).
@@ -225,5 +413,64 @@ impl DynamoStore {
     /// The `expires_at` of a "sent" marker written at `now` (ms).
     pub fn marker_expiry(&self, now: u64) -> u64 {
         now.saturating_add(self.retention_ms) / 1000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use trellis_core::engine::Effect;
+    use trellis_core::run::{NodeStatus, RunStatus};
+    use trellis_core::testing::{chain_workflow, pending_run};
+    use trellis_core::RunState;
+
+    use super::{step_evidence, verdict, waits_for, Evidence};
+
+    /// A running run whose node `a` is `status` at activation 2.
+    fn run_with(status: NodeStatus) -> RunState {
+        let mut run = pending_run(&chain_workflow(), "run-o", "t");
+        run.status = RunStatus::Running;
+        let node = run.nodes.get_mut("a").expect("chain node a");
+        node.status = status;
+        node.activation = 2;
+        run
+    }
+
+    #[test]
+    fn a_step_is_pending_while_its_node_is_scheduled_at_its_activation() {
+        let scheduled = run_with(NodeStatus::Scheduled);
+        assert_eq!(step_evidence(Some(&scheduled), "a", 2), Evidence::Pending);
+        assert_eq!(step_evidence(Some(&scheduled), "a", 1), Evidence::Proven, "a newer activation");
+        assert_eq!(step_evidence(Some(&run_with(NodeStatus::Completed)), "a", 2), Evidence::Proven, "handled");
+        let mut ended = scheduled.clone();
+        ended.status = RunStatus::Cancelled;
+        assert_eq!(step_evidence(Some(&ended), "a", 2), Evidence::Proven, "moot");
+        assert_eq!(step_evidence(None, "a", 2), Evidence::Proven, "the run is gone");
+    }
+
+    #[test]
+    fn a_parent_waits_for_a_child_only_while_running_with_the_node_on_that_child() {
+        let mut parent = run_with(NodeStatus::WaitingChild);
+        parent.nodes.get_mut("a").expect("node").child_run_id = Some("kid-1".into());
+        assert!(waits_for(&parent, "a", "kid-1"));
+        assert!(!waits_for(&parent, "a", "kid-2"), "the node waits for another worker");
+        assert!(!waits_for(&parent, "b", "kid-1"));
+        parent.status = RunStatus::Cancelling;
+        assert!(waits_for(&parent, "a", "kid-1"), "a cancelling parent still needs the child's end");
+        parent.status = RunStatus::Failed;
+        assert!(!waits_for(&parent, "a", "kid-1"), "ended");
+        let mut moved_on = run_with(NodeStatus::Completed);
+        moved_on.nodes.get_mut("a").expect("node").child_run_id = Some("kid-1".into());
+        assert!(!waits_for(&moved_on, "a", "kid-1"), "the child's end was applied");
+    }
+
+    #[test]
+    fn a_page_is_unsent_while_one_effect_lacks_its_proof_and_unproven_while_only_steps_are_pending() {
+        let step = Effect::Step { node_id: "a".into(), activation: 2, due_at: 0 };
+        let wake = Effect::Wake { node_id: "b".into(), activation: 1, due_at: 0 };
+        let effects = [step.clone(), wake.clone()];
+        assert_eq!(verdict(&effects, &[Evidence::Proven, Evidence::Proven]), None, "every effect proven");
+        assert_eq!(verdict(&effects, &[Evidence::Proven, Evidence::Missing]), Some((vec![step.clone()], false)));
+        assert_eq!(verdict(&effects, &[Evidence::Pending, Evidence::Proven]), Some((vec![wake], true)));
+        assert_eq!(verdict(&effects, &[Evidence::Pending, Evidence::Missing]), Some((vec![], false)));
     }
 }

@@ -6,15 +6,34 @@ use trellis_core::{RunState, StoreError};
 use super::{now_ms, DynamoStore};
 use crate::codec::{self, s, Body, Page};
 use crate::delta::{header_of, CheckpointPolicy};
+use crate::errors::unavailable;
 use crate::keys::{self, PAGE_PREFIX};
 
-/// Pages per request when reading back to a checkpoint: with checkpoints at least as large
-/// as the deltas since them, this usually reaches one in a single request.
+/// Pages in the first request when reading back to a checkpoint (enough for a small state);
+/// each further request asks for four times as many, so a large state's hundreds of deltas
+/// take a few requests, not dozens.
 const COLD_PAGE_BATCH: i32 = 16;
+
+/// Pages a cached copy is caught up by at most; further behind, reading back to a
+/// checkpoint costs less.
+const CATCH_UP_PAGES: i32 = 4;
+
+/// How a read uses the instance's cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadMode {
+    /// The caller takes the state to apply an input (`RunStore::take_run`).
+    Take,
+    /// The caller gets a copy; the cache keeps the run.
+    Copy,
+    /// A listing: uses a cached copy but caches nothing new (a page of runs would evict the
+    /// runs being stepped).
+    Listing,
+}
 
 impl DynamoStore {
     /// Pages of `run_id`, newest first, until (and including) the first for which `enough`
-    /// holds, or all of them.
+    /// holds, or all of them; the first request asks for `page_size` pages, each further one
+    /// for four times as many as the one before.
     pub(super) async fn pages_newest_first(
         &self,
         run_id: &str,
@@ -22,45 +41,72 @@ impl DynamoStore {
         enough: impl Fn(&Page) -> bool,
     ) -> Result<Vec<Page>, StoreError> {
         let mut pages = Vec::new();
-        self.query_prefix(keys::run_pk(run_id), PAGE_PREFIX, false, page_size, |item| {
-            let page = codec::decode_page(item)?;
-            let done = enough(&page);
-            pages.push(page);
-            Ok(done)
-        })
-        .await?;
-        Ok(pages)
+        let mut start = None;
+        let mut limit = page_size;
+        loop {
+            let response = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
+                .expression_attribute_values(":prefix", s(PAGE_PREFIX))
+                .scan_index_forward(false)
+                .consistent_read(true)
+                .limit(limit)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            self.meter.read(response.items());
+            for item in response.items() {
+                let page = codec::decode_page(item)?;
+                let done = enough(&page);
+                pages.push(page);
+                if done {
+                    return Ok(pages);
+                }
+            }
+            start = response.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(pages);
+            }
+            limit = limit.saturating_mul(4).min(1000);
+        }
     }
 
-    /// Pages of `run_id` after version `version`, oldest first.
-    async fn pages_after(&self, run_id: &str, version: u64) -> Result<Vec<Page>, StoreError> {
-        let query = self
+    /// Pages of `run_id` after version `version`, oldest first, at most [`CATCH_UP_PAGES`];
+    /// `None` when there are more.
+    async fn pages_after(&self, run_id: &str, version: u64) -> Result<Option<Vec<Page>>, StoreError> {
+        let response = self
             .client
             .query()
             .table_name(&self.table)
             .key_condition_expression("pk = :pk AND sk BETWEEN :lo AND :hi")
             .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
-            .expression_attribute_values(":lo", s(keys::page_sk(version + 1)))
+            .expression_attribute_values(":lo", s(keys::page_sk(version.saturating_add(1))))
             .expression_attribute_values(":hi", s(keys::page_sk(u64::MAX)))
-            .consistent_read(true);
-        let mut pages = Vec::new();
-        self.visit_query(query, |item| {
-            pages.push(codec::decode_page(item)?);
-            Ok(false)
-        })
-        .await?;
-        Ok(pages)
+            .consistent_read(true)
+            .limit(CATCH_UP_PAGES)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        self.meter.read(response.items());
+        if response.last_evaluated_key().is_some() {
+            return Ok(None);
+        }
+        response.items().iter().map(codec::decode_page).collect::<Result<Vec<_>, _>>().map(Some)
     }
 
-    /// The run's current state (handed over from the cache when `take`, see
-    /// [`trellis_core::ports::RunStore::take_run`]); the cache then knows its version.
-    pub(super) async fn read_run(&self, run_id: &str, take: bool) -> Result<Option<RunState>, StoreError> {
-        if let Some((state, policy)) = self.hot.state(run_id, take) {
+    /// The run's current state (handed over from the cache for [`ReadMode::Take`]); the
+    /// cache then knows its version.
+    pub(super) async fn read_run(&self, run_id: &str, mode: ReadMode) -> Result<Option<RunState>, StoreError> {
+        if let Some((state, policy)) = self.hot.state(run_id, mode == ReadMode::Take) {
             match self.catch_up(run_id, state, policy).await {
-                Ok(Some((state, policy))) => return self.remember(state, policy, take).map(Some),
-                Ok(None) => return Ok(None),
-                // A gap or a page that does not apply: read from a checkpoint instead.
-                Err(StoreError::Corrupt(_)) => self.hot.forget(run_id),
+                Ok(Some(Some((state, policy)))) => return self.remember(state, policy, mode).map(Some),
+                Ok(Some(None)) => return Ok(None),
+                // Far behind, a gap or a page that does not apply: read from a checkpoint.
+                Ok(None) | Err(StoreError::Corrupt(_)) => self.hot.forget(run_id),
                 Err(other) => return Err(other),
             }
         }
@@ -80,20 +126,21 @@ impl DynamoStore {
                 policy.after_delta(page.bytes)
             };
         }
-        self.remember(state, policy, take).map(Some)
+        self.remember(state, policy, mode).map(Some)
     }
 
-    /// `state` (at its version when cached) moved on by the pages written after it.
+    /// `state` (at its version when cached) moved on by the pages written after it (`None`
+    /// inside when the run expired); `None` when it is too far behind.
     async fn catch_up(
         &self,
         run_id: &str,
         mut state: RunState,
         mut policy: CheckpointPolicy,
-    ) -> Result<Option<(RunState, CheckpointPolicy)>, StoreError> {
-        let newer = self.pages_after(run_id, state.version).await?;
+    ) -> Result<Option<Option<(RunState, CheckpointPolicy)>>, StoreError> {
+        let Some(newer) = self.pages_after(run_id, state.version).await? else { return Ok(None) };
         let expires_at = newer.last().and_then(|page| page.expires_at).unwrap_or_else(|| self.expires_at(&state));
         if expires_at <= now_ms() / 1000 {
-            return Ok(None);
+            return Ok(Some(None));
         }
         for page in newer {
             match page.body()? {
@@ -107,14 +154,17 @@ impl DynamoStore {
                 }
             }
         }
-        Ok(Some((state, policy)))
+        Ok(Some(Some((state, policy))))
     }
 
-    /// Caches `state` (or, when the caller takes it, what the cache needs to take it back).
-    fn remember(&self, state: RunState, policy: CheckpointPolicy, take: bool) -> Result<RunState, StoreError> {
-        let header = std::sync::Arc::new(header_of(&state)?);
-        let kept = (!take).then(|| state.clone());
-        self.hot.put(&state.run_id, state.version, kept, (policy, header));
+    /// Caches `state` (or, when the caller takes it, what the cache needs to take it back;
+    /// nothing new for a listing).
+    fn remember(&self, state: RunState, policy: CheckpointPolicy, mode: ReadMode) -> Result<RunState, StoreError> {
+        if mode != ReadMode::Listing {
+            let header = std::sync::Arc::new(header_of(&state)?);
+            let kept = (mode == ReadMode::Copy).then(|| state.clone());
+            self.hot.put(&state.run_id, state.version, kept, (policy, header));
+        }
         Ok(state)
     }
 }
