@@ -1,6 +1,8 @@
-//! Sending a commit's effects to SQS, then marking its page sent in DynamoDB — except a page
-//! whose single effect is the run's next step: handling that step is its proof (see
-//! [`trellis_store_dynamodb::proven_by_successor`]), which saves a write per step. A send
+//! Sending a commit's effects to SQS, then marking its page sent in DynamoDB — except where
+//! the data proves the page sent: a single next step (handling it is its proof, see
+//! [`trellis_store_dynamodb::proven_by_successor`]), which saves a write per step, and child
+//! starts and notices the committing call carried out itself (the child exists, the parent
+//! applied the child's end; [`DynamoStore::record_sent`]). A send
 //! that fails enlists the page in the outbox the reconciler reads. Notices to
 //! a parent run go to the FIFO completion queue (grouped by parent, deduplicated by task id);
 //! everything else goes to the standard step queue. A timer more than 15 minutes out is sent
@@ -17,7 +19,7 @@ use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use trellis_core::engine::Effect;
 use trellis_core::ports::{Clock, EffectSink};
 use trellis_core::StoreError;
-use trellis_store_dynamodb::{proven_by_successor, DynamoStore};
+use trellis_store_dynamodb::DynamoStore;
 
 use crate::message::StepMessage;
 
@@ -145,8 +147,9 @@ impl EffectSink for SqsEffects {
     }
 
     /// Sends the effects not `carried_out` already (a child the committing call created, a
-    /// parent it notified), then marks the page sent by the rule of all its effects: a page
-    /// whose effects were all carried out is marked like any other.
+    /// parent it notified), then marks the page sent — unless the data proves it sent
+    /// without a marker ([`DynamoStore::record_sent`]): a page whose effects were all
+    /// carried out (the child exists, the parent applied the child's end) needs none.
     async fn send_committed_except(
         &self,
         run_id: &str,
@@ -168,22 +171,22 @@ impl EffectSink for SqsEffects {
                 }
             };
         }
-        if proven_by_successor(effects) {
-            return Ok(());
-        }
-        self.store.mark_sent(run_id, version, self.store.marker_expiry(self.clock.now())).await
+        // No marker where the data proves the page sent: a single next step, or child starts
+        // and notices this call carried out (the child exists, the parent applied the end).
+        self.store.record_sent(run_id, version, effects, carried_out, self.clock.now()).await
     }
 
-    /// Only pages whose effects may not have been sent are sent again: pages with effects and
-    /// no marker, and a marker-less next step whose node is still scheduled once its writer
-    /// had time to send it. Everything else is already on a queue (or done).
+    /// Only pages whose effects may not have been sent are sent again, and of those only the
+    /// effects the data does not prove sent ([`DynamoStore::unsent_pages`]); a marker-less
+    /// next step whose node is still scheduled is left to its writer for a while. Everything
+    /// else is already on a queue (or done).
     async fn resend_outstanding(&self, run_id: &str, _outstanding: &[Effect]) -> Result<(), StoreError> {
         let now = self.clock.now();
         for page in self.store.unsent_pages(run_id).await? {
             if page.unproven && now.saturating_sub(page.written_at) < self.unproven_grace_ms {
                 continue;
             }
-            self.send_committed(run_id, page.version, &page.effects).await?;
+            self.send_committed_except(run_id, page.version, &page.effects, &page.settled).await?;
         }
         Ok(())
     }

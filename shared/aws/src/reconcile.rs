@@ -36,8 +36,8 @@ pub async fn reconcile(app: &AwsApp, grace_ms: u64) -> Result<usize, StoreError>
     let mut sent = 0;
     for (run_id, version) in app.store.outbox_between(from, to).await? {
         if let Some(page) = app.store.unsent_page(&run_id, version).await? {
-            app.effects.send_committed(&run_id, version, &page.effects).await?;
-            sent += page.effects.len();
+            app.effects.send_committed_except(&run_id, version, &page.effects, &page.settled).await?;
+            sent += page.outstanding().len();
         }
     }
     app.store.set_reconciled_until(to).await?;
@@ -50,8 +50,8 @@ pub async fn reconcile_full(app: &AwsApp, grace_ms: u64) -> Result<usize, StoreE
     let now = app.services.clock.now();
     let mut sent = 0;
     for page in app.store.unsent_outbox(now.saturating_sub(grace_ms)).await? {
-        app.effects.send_committed(&page.run_id, page.version, &page.effects).await?;
-        sent += page.effects.len();
+        app.effects.send_committed_except(&page.run_id, page.version, &page.effects, &page.settled).await?;
+        sent += page.outstanding().len();
     }
     Ok(sent)
 }

@@ -627,7 +627,8 @@ mod tests {
         assert!(needs_marker(&[start_child("kid-1"), step("a")], &[start_child("kid-1")]));
         assert!(needs_marker(&[step("a"), step("b")], &[]));
         let wake = Effect::Wake { node_id: "a".into(), activation: 1, due_at: 5 };
-        assert!(needs_marker(&[wake.clone()], &[wake]), "a timer has no proof in the data");
+        let wakes = [wake];
+        assert!(needs_marker(&wakes, &wakes), "a timer has no proof in the data");
         assert!(needs_marker(&[], &[]), "unchanged for an empty page");
     }
 

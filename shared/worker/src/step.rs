@@ -153,6 +153,12 @@ async fn commit_outcome(
     services.advance(None, run_id, input, hooks).await
 }
 
+/// Whether a task that finds its target run ended re-sends that run's unsent pages: a
+/// redelivery, or a child's notice to its parent.
+fn resends_to_ended_run(task: &Task) -> bool {
+    task.deliveries > 1 || matches!(task.effect, Effect::NotifyParent { .. })
+}
+
 /// What a decision means for the task's delivery.
 async fn settle(
     services: &Services,
@@ -170,10 +176,13 @@ async fn settle(
             services.notifier.committed(target);
             Ok(TaskResult::Repaired)
         }
-        Verdict::Ignored(reason) if task.deliveries > 1 && decision.run.status.is_terminal() => {
+        Verdict::Ignored(reason) if resends_to_ended_run(task) && decision.run.status.is_terminal() => {
             // A redelivery may follow a crash between the run's last commit and its send: that
             // commit's effects (a notice to its parent, a cancel of its children) have no later
-            // task of the run to repair them, so its unsent pages are sent again here.
+            // task of the run to repair them, so its unsent pages are sent again here. A
+            // child's notice is such a repair too, even on its first delivery: a notice sent
+            // again because the parent may not have sent the commit that applied it (see the
+            // store's proofs) finds the parent ended when that commit ended it.
             debug!(run_id = %task.run_id, task = %task.id, reason, "task redelivered to an ended run; re-sending");
             services.effects.resend_outstanding(target, &outstanding_effects(&decision.run)).await?;
             Ok(TaskResult::Repaired)

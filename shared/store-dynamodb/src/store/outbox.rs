@@ -40,10 +40,11 @@ pub struct UnsentPage {
     pub written_at: u64,
     /// The page's items' `expires_at`.
     pub expires_at: u64,
-    /// Whether every outstanding effect is a step whose node is still scheduled (a single
-    /// next step written without a marker, see [`crate::proven_by_successor`]): that is what
-    /// a step still in its queue looks like too, so a caller leaves it to its writer for a
-    /// while.
+    /// Whether it is a single next step written without a marker (see
+    /// [`crate::proven_by_successor`]) whose node is still scheduled in the run's newest
+    /// state: that is what a step still in its queue looks like too, so a caller leaves it to
+    /// its writer for a while. (A page of `effects` without a marker is its writer's crash,
+    /// or a writer still sending, which re-sending does not harm.)
     pub unproven: bool,
 }
 
@@ -186,7 +187,8 @@ impl DynamoStore {
         for effect in &effects {
             evidence.push(self.evidence(&page.run_id, effect, newest, depth).await?);
         }
-        let Some((settled, unproven)) = verdict(&effects, &evidence) else { return Ok(None) };
+        let Some((settled, pending)) = verdict(&effects, &evidence) else { return Ok(None) };
+        let unproven = pending && page.next.is_some();
         Ok(Some(UnsentPage {
             run_id: page.run_id,
             version: page.version,
@@ -429,9 +431,8 @@ mod tests {
     fn run_with(status: NodeStatus) -> RunState {
         let mut run = pending_run(&chain_workflow(), "run-o", "t");
         run.status = RunStatus::Running;
-        let node = run.nodes.get_mut("a").expect("chain node a");
-        node.status = status;
-        node.activation = 2;
+        let node = serde_json::json!({"status": status, "activation": 2});
+        run.nodes.insert("a".into(), serde_json::from_value(node).expect("a node state"));
         run
     }
 
@@ -441,7 +442,7 @@ mod tests {
         assert_eq!(step_evidence(Some(&scheduled), "a", 2), Evidence::Pending);
         assert_eq!(step_evidence(Some(&scheduled), "a", 1), Evidence::Proven, "a newer activation");
         assert_eq!(step_evidence(Some(&run_with(NodeStatus::Completed)), "a", 2), Evidence::Proven, "handled");
-        let mut ended = scheduled.clone();
+        let mut ended = scheduled;
         ended.status = RunStatus::Cancelled;
         assert_eq!(step_evidence(Some(&ended), "a", 2), Evidence::Proven, "moot");
         assert_eq!(step_evidence(None, "a", 2), Evidence::Proven, "the run is gone");
@@ -469,7 +470,7 @@ mod tests {
         let wake = Effect::Wake { node_id: "b".into(), activation: 1, due_at: 0 };
         let effects = [step.clone(), wake.clone()];
         assert_eq!(verdict(&effects, &[Evidence::Proven, Evidence::Proven]), None, "every effect proven");
-        assert_eq!(verdict(&effects, &[Evidence::Proven, Evidence::Missing]), Some((vec![step.clone()], false)));
+        assert_eq!(verdict(&effects, &[Evidence::Proven, Evidence::Missing]), Some((vec![step], false)));
         assert_eq!(verdict(&effects, &[Evidence::Pending, Evidence::Proven]), Some((vec![wake], true)));
         assert_eq!(verdict(&effects, &[Evidence::Pending, Evidence::Missing]), Some((vec![], false)));
     }
