@@ -10,6 +10,10 @@
 //! - On its last allowed delivery (`maxReceiveCount`), a step is not tried again: its run
 //!   fails with `step_delivery_exhausted` rather than losing the step to the DLQ.
 //! - A step that is not due yet is sent again with a delay and acknowledged.
+//! - A step whose commit could not be sent, nor its page enlisted for the reconciler, is
+//!   reported failed although it was applied ([`crate::effects::watch_unrepaired`]): its
+//!   redelivery re-sends the run's unsent pages — unless the redelivery would be the last
+//!   allowed one, which fails the run.
 
 use std::future::Future;
 
@@ -22,6 +26,7 @@ use trellis_core::ServiceError;
 use trellis_worker::{process_task, TaskResult};
 
 use crate::batch::{run_grouped, AfterFailure};
+use crate::effects::watch_unrepaired;
 use crate::message::StepMessage;
 use crate::AwsApp;
 
@@ -58,7 +63,17 @@ pub async fn handle_message(app: &AwsApp, message: &SqsMessage) -> MessageOutcom
         };
     }
     let task = step.task(deliveries);
-    match process_task(&app.services, &task, &app.task_context).await {
+    let (processed, unrepaired) = watch_unrepaired(process_task(&app.services, &task, &app.task_context)).await;
+    if unrepaired && processed.is_ok() {
+        // A commit's send failed and the page could not be enlisted: redelivered, the task
+        // finds itself superseded and re-sends the run's unsent pages. Not into the last
+        // delivery, though, which fails the run (the reconciler's full sweep remains).
+        if deliveries + 1 < app.settings.max_receive_count {
+            return MessageOutcome::Failed("a committed send failed and could not be enlisted".into());
+        }
+        warn!(run_id = %step.run_id, task = %step.task_id, "a committed send failed unenlisted, and a redelivery would be the last allowed one; acknowledging");
+    }
+    match processed {
         Ok(TaskResult::Deferred(visible_at)) => {
             let effect = step.effect.clone().due(visible_at);
             match app.effects.send(&step.run_id, &[effect]).await {

@@ -23,6 +23,32 @@ use trellis_store_dynamodb::DynamoStore;
 
 use crate::message::StepMessage;
 
+tokio::task_local! {
+    /// Set while one queue message is handled ([`watch_unrepaired`]): raised when a send of
+    /// that message's commits failed and the page could not be enlisted for the reconciler.
+    static UNREPAIRED: std::sync::atomic::AtomicBool;
+}
+
+/// Runs `work` (the handling of one queue message) and tells whether a send it made failed
+/// with nothing enlisted to repair it: the committed page then waits for the reconciler's
+/// whole-table sweep unless the message is redelivered, whose handling re-sends the run's
+/// unsent pages (a superseded task, see `trellis_worker::process_task`). Commits of other
+/// runs made while handling it (a child created, a parent notified) count too: their
+/// repair goes through the same redelivery.
+pub async fn watch_unrepaired<F: std::future::Future>(work: F) -> (F::Output, bool) {
+    UNREPAIRED
+        .scope(std::sync::atomic::AtomicBool::new(false), async move {
+            let output = work.await;
+            (output, UNREPAIRED.with(|flag| flag.load(std::sync::atomic::Ordering::Relaxed)))
+        })
+        .await
+}
+
+/// Records, for the message being handled (if any), that a failed send is not enlisted.
+fn raise_unrepaired() {
+    let _outside_a_message = UNREPAIRED.try_with(|flag| flag.store(true, std::sync::atomic::Ordering::Relaxed));
+}
+
 /// The longest `DelaySeconds` SQS accepts.
 pub const MAX_DELAY_SECONDS: u64 = 900;
 /// Entries per `SendMessageBatch`.
@@ -167,6 +193,7 @@ impl EffectSink for SqsEffects {
                 }
                 Err(enlisting) => {
                     tracing::warn!(run_id, version, %enlisting, "a failed send could not be enlisted for the reconciler");
+                    raise_unrepaired();
                     Err(error)
                 }
             };
