@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
+use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use serde_json::Value;
 use trellis_core::engine::Effect;
@@ -70,6 +71,9 @@ pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreErr
     serde_json::to_string(value).map_err(corrupt)
 }
 
+/// Prepared statements kept per connection (more than the statements the store uses).
+const STATEMENT_CACHE_CAPACITY: usize = 64;
+
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path`, in WAL mode with full
     /// synchronous commits and exclusive locking; releases task leases left by a previous
@@ -89,6 +93,15 @@ impl SqliteStore {
     }
 
     fn init(connection: Connection) -> Result<Self, StoreError> {
+        // Query-planner stability: SQLite (3.54) otherwise marks a statement whose `LIMIT` is a
+        // bound parameter (events_after, claim_due, list_runs) to be re-prepared at every
+        // rebind, so each cached statement was parsed and planned again on every execution.
+        // No query here relies on a plan that depends on a bound value (no partial indexes).
+        connection.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map_err(unavailable)?;
+        // Every statement of a step's reads and commit stays prepared (rusqlite keeps 16 by
+        // default; the hot path uses more, so the least recent were finalized and prepared
+        // again on each run).
+        connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         let found: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(unavailable)?;
         if found > SCHEMA_VERSION {
             return Err(StoreError::Corrupt(format!(
