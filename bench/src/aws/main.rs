@@ -77,6 +77,7 @@ async fn main() {
         http: Default::default(),
         limits: HostLimits::default(),
         retention_days: 30,
+        delta_pages: true,
         test_seams: false,
     };
     // Runs are created and approvals resolved by the API function (its commits write outbox

@@ -67,7 +67,8 @@ impl AwsApp {
 
     fn build(settings: Settings, config: &aws_config::SdkConfig, outbox_entries: bool) -> Self {
         let mut store = DynamoStore::new(aws_sdk_dynamodb::Client::new(config), settings.table_name.clone())
-            .with_retention_days(settings.retention_days);
+            .with_retention_days(settings.retention_days)
+            .with_delta_pages(settings.delta_pages);
         if outbox_entries {
             store = store.with_outbox_entries();
         }

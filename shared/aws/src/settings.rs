@@ -49,6 +49,11 @@ pub struct Settings {
     pub limits: HostLimits,
     /// `TRELLIS_RETENTION_DAYS` (default 30): how long a run's items are kept.
     pub retention_days: u64,
+    /// `TRELLIS_DELTA_PAGES` (`on` by default, or `off`): whether a step's page may carry
+    /// only what it changed. `off` writes every commit whole (still reading delta pages): the
+    /// first phase of a reversible rollout, and the phase to deploy before rolling back to a
+    /// build that predates delta pages.
+    pub delta_pages: bool,
     /// `OPENWOP_TEST_SEAM_ENABLED` (`true`/`1`; default off): serve the conformance test seams
     /// to keys with the `test:seams` scope and honour the capability overlay.
     pub test_seams: bool,
@@ -73,6 +78,16 @@ type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 fn required(lookup: Lookup<'_>, name: &'static str) -> Result<String, SettingsError> {
     lookup(name).filter(|value| !value.trim().is_empty()).ok_or(SettingsError::Missing(name))
+}
+
+/// An `on`/`off` setting (also `true`/`false`, `1`/`0`).
+fn switch(lookup: Lookup<'_>, name: &'static str, default: bool) -> Result<bool, SettingsError> {
+    match lookup(name).as_deref().map(str::trim) {
+        None | Some("") => Ok(default),
+        Some("on" | "true" | "1") => Ok(true),
+        Some("off" | "false" | "0") => Ok(false),
+        Some(other) => Err(SettingsError::Invalid { name, reason: format!("`{other}` is not `on` or `off`") }),
+    }
 }
 
 fn number<T: std::str::FromStr>(lookup: Lookup<'_>, name: &'static str, default: T) -> Result<T, SettingsError> {
@@ -156,6 +171,7 @@ impl Settings {
             max_receive_count,
             dispatcher_timeout_ms,
             retention_days: number(lookup, "TRELLIS_RETENTION_DAYS", 30)?,
+            delta_pages: switch(lookup, "TRELLIS_DELTA_PAGES", true)?,
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
             http: http_settings(lookup)?,
             limits: HostLimits {
@@ -223,6 +239,18 @@ mod tests {
         assert_eq!(settings.max_receive_count, 5);
         assert_eq!(settings.dispatcher_timeout_ms, 60_000);
         assert_eq!(settings.max_attempt_ms(), 50_000);
+        assert!(settings.delta_pages, "delta pages are on by default");
+        let with = |value: &str| {
+            Settings::from_lookup(&lookup(&[
+                ("TRELLIS_TABLE_NAME", "t"),
+                ("TRELLIS_STEP_QUEUE_URL", "q"),
+                ("TRELLIS_COMPLETION_QUEUE_URL", "c"),
+                ("TRELLIS_DELTA_PAGES", value),
+            ]))
+        };
+        assert!(!with("off").unwrap().delta_pages);
+        assert!(with("on").unwrap().delta_pages);
+        assert!(matches!(with("maybe"), Err(SettingsError::Invalid { name: "TRELLIS_DELTA_PAGES", .. })));
         for ceiling in ["999", "2592000001", "18446744073709551615"] {
             let beyond = lookup(&[
                 ("TRELLIS_TABLE_NAME", "t"),

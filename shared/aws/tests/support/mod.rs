@@ -70,6 +70,7 @@ pub async fn stack() -> Stack {
         },
         limits: HostLimits::default(),
         retention_days: 30,
+        delta_pages: true,
         test_seams: true,
     };
     let app = AwsApp::new(settings, &config);
