@@ -43,10 +43,13 @@
 //! at version `v` reads only the pages after `v` (`store/hot.rs`); events are read from the
 //! newest pages backwards. The effects ride
 //! in the page (the outbox); once sent, a tiny `S#v` marker records it, and a redelivered step
-//! or the scheduled reconciler re-sends exactly the pages without a marker. A page whose single
-//! effect is the run's next step keeps it in `next` and gets no marker: once the step is
-//! handled its node is no longer scheduled in the newest state, which is the proof; until
-//! then it counts as unsent (a redelivered task re-sends it only after the writer's grace).
+//! or the scheduled reconciler re-sends the effects of pages without a marker that nothing in
+//! the data proves sent (`codec::proof`). A page whose single effect is the run's next step
+//! keeps it in `next` and gets no marker: once the step is handled its node is no longer
+//! scheduled in the newest state, which is the proof; until then it counts as unsent (a
+//! redelivered task re-sends it only after the writer's grace). A child start or a notice to
+//! the parent carried out by the committing call gets no marker either: the child existing
+//! (or the parent no longer waiting) proves the start, the parent no longer waiting the notice.
 //! The reconciler reads outbox entries of recent commits, not the table. Creation and
 //! status transitions also write the run item, in one `TransactWriteItems` with a
 //! `ClientRequestToken` derived from the run id and version (an ambiguous retry of a commit
