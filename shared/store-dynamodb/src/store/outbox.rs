@@ -287,7 +287,7 @@ impl DynamoStore {
     /// Records that the effects of `run_id`'s page `version` were sent, `carried_out` ones by
     /// the committing call itself: writes its marker, unless the data proves them sent
     /// without one (a single next step; child starts and notices the call carried out, see
-    /// [`codec::needs_marker`]). `now` is the time of the send (ms).
+    /// `codec::needs_marker`). `now` is the time of the send (ms).
     pub async fn record_sent(
         &self,
         run_id: &str,
