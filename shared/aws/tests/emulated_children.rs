@@ -8,57 +8,20 @@
 //! A process that "dies" after a commit is a sink that sends nothing and fails without
 //! marking or enlisting anything, as a dead process would.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::{json, Value};
-use trellis_aws::app::{node_registry, sdk_config};
+use trellis_aws::app::sdk_config;
 use trellis_aws::dispatch::{handle_message, MessageOutcome};
-use trellis_aws::message::StepMessage;
 use trellis_aws::AwsApp;
 use trellis_core::engine::Effect;
-use trellis_core::ports::{EffectSink, IdGenerator, RunStore};
-use trellis_core::service::{Ports, Services};
-use trellis_core::{RunState, StoreError};
-use trellis_worker::{process_task, SystemClock, TaskContext, TaskResult};
+use trellis_core::ports::RunStore;
+use trellis_worker::{process_task, TaskContext, TaskResult};
 
 mod support;
 
+use support::children::*;
 use support::*;
-
-/// Sends nothing and fails: the process died right after the commit.
-struct Dead;
-
-#[async_trait]
-impl EffectSink for Dead {
-    async fn send(&self, _run_id: &str, _effects: &[Effect]) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("the process died".into()))
-    }
-}
-
-struct Ids;
-
-impl IdGenerator for Ids {
-    fn run_id(&self) -> String {
-        format!("run-{}", uuid::Uuid::new_v4())
-    }
-}
-
-/// The use cases of `app`'s store whose process dies after each commit; with
-/// `inline_children`, after creating the children its commits start, too.
-fn dying(app: &AwsApp, inline_children: bool) -> Services {
-    let ports = Ports {
-        store: app.store.clone(),
-        effects: Arc::new(Dead),
-        clock: Arc::new(SystemClock),
-        ids: Arc::new(Ids),
-        notifier: Arc::new(trellis_aws::notifier::PollingNotifier),
-    };
-    Services::new(ports, app.settings.limits)
-        .with_nodes(node_registry(&app.settings))
-        .with_inline_children(inline_children)
-}
 
 fn workflows() -> [Value; 2] {
     [
@@ -86,63 +49,6 @@ async fn prepared() -> Stack {
         assert_eq!(stack.api("POST", "/v1/workflows", Some(definition)).await.0, 201);
     }
     stack
-}
-
-async fn run(stack: &Stack, run_id: &str) -> RunState {
-    stack.app.store.load_run(run_id).await.expect("read").expect("the run exists")
-}
-
-fn child_of(parent: &RunState) -> String {
-    parent.nodes["call"].child_run_id.clone().expect("the node waits for a child")
-}
-
-/// The next message on the step queue (taken off it) and its task.
-async fn next_step(stack: &Stack) -> (aws_sdk_sqs::types::Message, trellis_core::ports::Task) {
-    for _ in 0..100 {
-        if let Some(message) = stack.receive(&stack.queue_url).await {
-            stack
-                .sqs
-                .delete_message()
-                .queue_url(&stack.queue_url)
-                .receipt_handle(message.receipt_handle().unwrap())
-                .send()
-                .await
-                .unwrap();
-            let task = StepMessage::decode(message.body().unwrap()).unwrap().task(1);
-            return (message, task);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("no step message arrived");
-}
-
-/// `message` as the event-source mapping hands it over on its second delivery.
-fn redelivered(message: &aws_sdk_sqs::types::Message) -> aws_lambda_events::event::sqs::SqsMessage {
-    let mut event = Stack::as_event(message);
-    event.attributes.insert("ApproximateReceiveCount".into(), "2".into());
-    event
-}
-
-/// Drives `run_id` to its end; checks it completed with every node once.
-async fn completes(stack: &mut Stack, run_id: &str, nodes: usize) {
-    let snapshot = stack.pump_until_terminal(run_id, SPEC_DEADLINE, false).await;
-    assert_eq!(snapshot["status"], "completed", "{snapshot}");
-    let events = stack.events(run_id).await;
-    assert_log_well_formed(&events);
-    let completed = types(&events).iter().filter(|t| *t == "node.completed").count();
-    assert_eq!(completed, nodes, "{:?}", types(&events));
-}
-
-/// The parent has one child, created once.
-async fn one_child(stack: &Stack, parent_id: &str) {
-    let parent = run(stack, parent_id).await;
-    assert_eq!(parent.child_runs.len(), 1, "{:?}", parent.child_runs);
-    let events = stack.events(&parent.child_runs[0].run_id).await;
-    assert_eq!(types(&events).iter().filter(|t| *t == "run.started").count(), 1, "{:?}", types(&events));
-}
-
-fn kinds(stack: &Stack, kind: &str) -> usize {
-    stack.invocations.iter().filter(|((_, k), _)| k == kind).map(|(_, count)| count).sum()
 }
 
 #[tokio::test]
@@ -182,7 +88,7 @@ async fn a_crash_between_the_parents_commit_and_the_childs_creation_yields_exact
 
     // The redelivered step finds its node moved on and re-sends the unsent page: the child
     // is started through the queue (every message delivered twice, for good measure).
-    let outcome = handle_message(&stack.app, &redelivered(&message)).await;
+    let outcome = handle_message(&stack.app, &delivery(&message, 2)).await;
     assert!(matches!(outcome, MessageOutcome::Done(TaskResult::Repaired)), "{outcome:?}");
     let snapshot = stack.pump_until_terminal(&parent_id, SPEC_DEADLINE, true).await;
     assert_eq!(snapshot["status"], "completed", "{snapshot}");
@@ -209,7 +115,7 @@ async fn a_crash_after_the_childs_creation_before_its_first_step_is_sent_is_repa
     assert!(stack.receive(&stack.queue_url.clone()).await.is_none(), "its first step was not sent");
 
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let outcome = handle_message(&stack.app, &redelivered(&message)).await;
+    let outcome = handle_message(&stack.app, &delivery(&message, 2)).await;
     assert!(matches!(outcome, MessageOutcome::Done(TaskResult::Repaired)), "{outcome:?}");
     completes(&mut stack, &parent_id, 2).await;
     one_child(&stack, &parent_id).await;
@@ -232,7 +138,7 @@ async fn a_crash_between_the_childs_end_and_its_parents_notice_is_repaired_by_re
     assert!(!run(&stack, &parent_id).await.status.is_terminal());
 
     // The redelivered step finds the child ended and re-sends its unsent page: the notice.
-    let outcome = handle_message(&stack.app, &redelivered(&message)).await;
+    let outcome = handle_message(&stack.app, &delivery(&message, 2)).await;
     assert!(matches!(outcome, MessageOutcome::Done(TaskResult::Repaired)), "{outcome:?}");
     completes(&mut stack, &parent_id, 2).await;
     assert_eq!(kinds(&stack, "notifyParent"), 1, "through the completion queue, as the fallback");

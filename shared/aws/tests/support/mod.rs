@@ -4,6 +4,8 @@
 //! batch handlers, and an embedded host to compare against.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod children;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
