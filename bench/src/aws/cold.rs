@@ -23,7 +23,10 @@ pub(crate) async fn figures(
     let config = trellis_aws::app::sdk_config().await;
     let respond = |_: &trellis_core::RunState| (201, json!({}));
     for _ in 0..runs {
-        api.services.create_run(principal, &json!({"workflowId": "bench-chain"}), None, &respond).await.expect("create");
+        api.services
+            .create_run(principal, &json!({"workflowId": "bench-chain"}), None, &respond)
+            .await
+            .expect("create");
     }
     let expected = (runs * nodes) as u64;
     let (mut handled, mut write_units, mut read_units, mut sends) = (0u64, 0u64, 0u64, 0u64);
