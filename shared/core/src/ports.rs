@@ -115,6 +115,34 @@ pub enum CreateResult {
     Existing(IdempotencyRecord),
 }
 
+/// An event as a store holds it, its payload left as JSON text: what an event page or an SSE
+/// frame needs, written out without parsing the payload into a [`Value`] and back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// Position in the run's log.
+    pub sequence: u64,
+    /// The event type.
+    pub event_type: String,
+    /// The node the event is about, if any.
+    pub node_id: Option<String>,
+    /// The payload as `serde_json` writes the [`RunEvent::payload`] value: compact, object
+    /// keys sorted. It is copied into a document as is, so a store returns exactly those bytes.
+    pub payload_json: String,
+    /// When the event was recorded.
+    pub timestamp: Millis,
+    /// The sequence of the event that caused this one, if any.
+    pub causation: Option<u64>,
+}
+
+impl StoredEvent {
+    /// `event` with its payload written as JSON text.
+    pub fn of(event: RunEvent) -> Self {
+        let payload_json = serde_json::to_string(&event.payload).unwrap_or_else(|_| "null".to_owned());
+        let RunEvent { sequence, event_type, node_id, timestamp, causation, .. } = event;
+        Self { sequence, event_type, node_id, payload_json, timestamp, causation }
+    }
+}
+
 /// Runs and their event logs.
 #[async_trait]
 pub trait RunStore: Send + Sync {
@@ -175,6 +203,17 @@ pub trait RunStore: Send + Sync {
     }
     /// Events with `sequence > after` (all when `None`), in order, at most `limit`.
     async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError>;
+    /// [`RunStore::events_after`] with each payload as JSON text ([`StoredEvent`]): a store
+    /// that keeps payloads as that text hands it over unparsed. The default writes the
+    /// payloads [`RunStore::events_after`] read.
+    async fn events_after_json(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        Ok(self.events_after(run_id, after, limit).await?.into_iter().map(StoredEvent::of).collect())
+    }
     /// The vote `voter` cast on interrupt occurrence `interrupt_id` of `run_id`, if any: one
     /// keyed read, however many votes the occurrence has.
     async fn vote(&self, run_id: &str, interrupt_id: &str, voter: &str) -> Result<Option<Vote>, StoreError>;

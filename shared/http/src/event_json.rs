@@ -1,25 +1,43 @@
-//! Event documents and event pages serialized straight from the stored events.
+//! Event documents and event pages written straight from the stored events.
 //!
 //! Every event page (the poll routes, the JSON form of the event list) and every SSE frame
-//! renders each of its events. Building a `serde_json::Value` per event (a map of owned keys
-//! and values, a deep copy of the payload), then a second copy of the list for `json!`, then
-//! serializing and dropping both was most of a page's cost; here the document is written
-//! from `&RunEvent` in one pass. The output is byte for byte what the `Value` form gave:
-//! keys in the order a `serde_json::Map` (sorted) writes them.
+//! renders each of its events. The events are read as [`StoredEvent`]s
+//! ([`RunStore::events_after_json`](trellis_core::ports::RunStore::events_after_json)): the
+//! payload stays the JSON text the store holds and is copied into the document, never
+//! parsed into a `Value` and written back out (the SQLite store hands over its column as is;
+//! the default writes the payload it read). The rest of a document is written here in one
+//! pass. The output is byte for byte what the `Value` form gave: keys in the order a
+//! `serde_json::Map` (sorted) writes them, compact, strings escaped by `serde_json`.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use trellis_core::engine::ENGINE_VERSION;
+use trellis_core::ports::StoredEvent;
 use trellis_core::timefmt::rfc3339;
-use trellis_core::{RunEvent, ServiceError};
+use trellis_core::{RunState, ServiceError};
 
 use crate::error::ApiError;
-use crate::render::{wire_run_id, Wire, ENGINE_VERSION_NUMBER};
+use crate::render::{Wire, ENGINE_VERSION_NUMBER};
+use crate::AppState;
 
 /// Bytes reserved per event when a page is serialized (a typical node event is ~250).
 const EVENT_BYTES_HINT: usize = 320;
+
+/// The run (as a snapshot reads it) and its events after `after`, at most `limit`, payloads
+/// unparsed. The state is read before the events, so a terminal status is never shown
+/// without its terminal event.
+pub(crate) async fn run_events(
+    state: &AppState,
+    tenant: &str,
+    run_id: &str,
+    after: Option<u64>,
+    limit: usize,
+) -> Result<(RunState, Vec<StoredEvent>), ServiceError> {
+    let run = state.services.get_run_summary(tenant, run_id).await?;
+    let events = state.services.store.events_after_json(run_id, after, limit).await?;
+    Ok((run, events))
+}
 
 /// `{run_id}:{sequence}`, the form of `eventId` and `causationId`, written without an
 /// intermediate string.
@@ -31,45 +49,51 @@ impl Serialize for EventRef<'_> {
     }
 }
 
-/// The `RunEventDoc` of one event on one wire. `run_id` is the id as that wire shows it
-/// ([`wire_run_id`]): the event id and causation id are derived from it and the sequence,
-/// so they are stable across re-reads.
-pub(crate) struct EventDoc<'a> {
-    wire: Wire,
-    run_id: &'a str,
-    event: &'a RunEvent,
-}
-
-impl<'a> EventDoc<'a> {
-    /// The document of `event` in the log of the run the wire calls `run_id`.
-    pub(crate) fn new(wire: Wire, run_id: &'a str, event: &'a RunEvent) -> Self {
-        Self { wire, run_id, event }
+/// Appends `"key":value` (`value` written by `serde_json`), preceded by a comma unless first.
+fn entry(out: &mut Vec<u8>, first: bool, key: &str, value: &impl Serialize) -> serde_json::Result<()> {
+    if !first {
+        out.push(b',');
     }
+    out.push(b'"');
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    serde_json::to_writer(&mut *out, value)
 }
 
-impl Serialize for EventDoc<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let event = self.event;
-        let fields = 8 + usize::from(event.node_id.is_some()) + usize::from(event.causation.is_some());
-        let mut map = serializer.serialize_map(Some(fields))?;
-        if let Some(cause) = event.causation {
-            map.serialize_entry("causationId", &EventRef(self.run_id, cause))?;
-        }
-        match self.wire {
-            Wire::V1 => map.serialize_entry("engineVersion", ENGINE_VERSION)?,
-            Wire::V2 => map.serialize_entry("engineVersion", &ENGINE_VERSION_NUMBER)?,
-        }
-        map.serialize_entry("eventId", &EventRef(self.run_id, event.sequence))?;
-        if let Some(node_id) = &event.node_id {
-            map.serialize_entry("nodeId", node_id)?;
-        }
-        map.serialize_entry("payload", &event.payload)?;
-        map.serialize_entry("runId", self.run_id)?;
-        map.serialize_entry("schemaVersion", &1u64)?;
-        map.serialize_entry("sequence", &event.sequence)?;
-        map.serialize_entry("timestamp", &rfc3339(event.timestamp))?;
-        map.serialize_entry("type", &event.event_type)?;
-        map.end()
+/// Appends the `RunEventDoc` of `event` on `wire`. `run_id` is the id as that wire shows it
+/// ([`crate::render::wire_run_id`]): the event id and causation id are derived from it and
+/// the sequence, so they are stable across re-reads.
+pub(crate) fn write_doc(out: &mut Vec<u8>, wire: Wire, run_id: &str, event: &StoredEvent) -> serde_json::Result<()> {
+    out.push(b'{');
+    if let Some(cause) = event.causation {
+        entry(out, true, "causationId", &EventRef(run_id, cause))?;
+    }
+    let first = event.causation.is_none();
+    match wire {
+        Wire::V1 => entry(out, first, "engineVersion", &ENGINE_VERSION)?,
+        Wire::V2 => entry(out, first, "engineVersion", &ENGINE_VERSION_NUMBER)?,
+    }
+    entry(out, false, "eventId", &EventRef(run_id, event.sequence))?;
+    if let Some(node_id) = &event.node_id {
+        entry(out, false, "nodeId", node_id)?;
+    }
+    out.extend_from_slice(b",\"payload\":");
+    out.extend_from_slice(event.payload_json.as_bytes());
+    entry(out, false, "runId", &run_id)?;
+    entry(out, false, "schemaVersion", &1u64)?;
+    entry(out, false, "sequence", &event.sequence)?;
+    entry(out, false, "timestamp", &rfc3339(event.timestamp))?;
+    entry(out, false, "type", &event.event_type)?;
+    out.push(b'}');
+    Ok(())
+}
+
+/// The `RunEventDoc` of `event` on `wire` (see [`write_doc`]).
+pub(crate) fn event_doc(wire: Wire, run_id: &str, event: &StoredEvent) -> Vec<u8> {
+    let mut out = Vec::with_capacity(event.payload_json.len() + EVENT_BYTES_HINT);
+    match write_doc(&mut out, wire, run_id, event) {
+        Ok(()) => out,
+        Err(_) => Vec::new(),
     }
 }
 
@@ -77,36 +101,41 @@ impl Serialize for EventDoc<'_> {
 pub(crate) struct EventDocs<'a> {
     wire: Wire,
     run_id: &'a str,
-    events: Vec<&'a RunEvent>,
+    events: Vec<&'a StoredEvent>,
 }
 
 impl<'a> EventDocs<'a> {
     /// The documents of `events` of the run the wire calls `run_id`.
-    pub(crate) fn new(wire: Wire, run_id: &'a str, events: impl IntoIterator<Item = &'a RunEvent>) -> Self {
+    pub(crate) fn new(wire: Wire, run_id: &'a str, events: impl IntoIterator<Item = &'a StoredEvent>) -> Self {
         Self { wire, run_id, events: events.into_iter().collect() }
     }
 
     /// Bytes the list will about take.
     fn size_hint(&self) -> usize {
-        self.events.len() * EVENT_BYTES_HINT
+        self.events.iter().map(|event| event.payload_json.len() + EVENT_BYTES_HINT).sum()
     }
-}
 
-impl Serialize for EventDocs<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.events.len()))?;
-        for event in &self.events {
-            seq.serialize_element(&EventDoc::new(self.wire, self.run_id, event))?;
+    /// Appends the list as a JSON array.
+    fn write(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.push(b'[');
+        for (index, event) in self.events.iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            write_doc(out, self.wire, self.run_id, event)?;
         }
-        seq.end()
+        out.push(b']');
+        Ok(())
     }
 }
 
 /// One page of a run's events as the v1 poll (and the v1 JSON event list) answers it.
+/// Serialized, it is the page's other fields; [`page_json`] writes `events` before them.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct V1Page<'a> {
     /// The page's events.
+    #[serde(skip)]
     pub(crate) events: EventDocs<'a>,
     /// Terminal and nothing left after this page.
     pub(crate) is_complete: bool,
@@ -121,10 +150,12 @@ pub(crate) struct V1Page<'a> {
 }
 
 /// One page of a run's events as the v2 poll (and the v2 JSON event list) answers it.
+/// Serialized, it is the page's other fields; [`page_json`] writes `events` before them.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct V2Page<'a> {
     /// The page's events.
+    #[serde(skip)]
     pub(crate) events: EventDocs<'a>,
     /// The run is terminal.
     pub(crate) is_terminal: bool,
@@ -136,27 +167,39 @@ pub(crate) struct V2Page<'a> {
     pub(crate) status: &'a str,
 }
 
+/// The page document: `{"events":[…]` and then the other fields `page` serializes to. Every
+/// other field's name sorts after `events`, so this is the sorted order a `Map` writes.
+pub(crate) fn page_json(page: &impl Serialize, events: &EventDocs<'_>) -> serde_json::Result<Vec<u8>> {
+    let rest = serde_json::to_vec(page)?;
+    let mut body = Vec::with_capacity(events.size_hint() + rest.len() + 16);
+    body.extend_from_slice(b"{\"events\":");
+    events.write(&mut body)?;
+    match rest.strip_prefix(b"{") {
+        Some(b"}") | None => body.push(b'}'),
+        Some(fields) => {
+            body.push(b',');
+            body.extend_from_slice(fields);
+        }
+    }
+    Ok(body)
+}
+
 /// A page's JSON answer (`200`, `application/json`), serialized once into a buffer sized
 /// for its events.
 pub(crate) fn page_response(page: &impl Serialize, events: &EventDocs<'_>) -> Result<Response, ApiError> {
-    let mut body = Vec::with_capacity(events.size_hint() + 256);
-    serde_json::to_writer(&mut body, page).map_err(|_| ApiError::from(ServiceError::Internal))?;
+    let body = page_json(page, events).map_err(|_| ApiError::from(ServiceError::Internal))?;
     let mut response = (StatusCode::OK, body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(response)
 }
 
-/// The event document of `event` as a `Value` (for callers that hold or edit documents).
-pub(crate) fn event_value(wire: Wire, tenant: &str, run_id: &str, event: &RunEvent) -> serde_json::Value {
-    let id = wire_run_id(wire, tenant, run_id);
-    serde_json::to_value(EventDoc::new(wire, &id, event)).unwrap_or(serde_json::Value::Null)
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
+    use trellis_core::RunEvent;
 
     use super::*;
+    use crate::render::wire_run_id;
 
     /// The `Value` the documents were built as before (the reference for the byte check).
     fn reference(wire: Wire, tenant: &str, run_id: &str, event: &RunEvent) -> Value {
@@ -180,6 +223,10 @@ mod tests {
             doc.insert("engineVersion".into(), json!(1));
         }
         Value::Object(doc)
+    }
+
+    fn page_text(page: &impl Serialize, events: &EventDocs<'_>) -> String {
+        String::from_utf8(page_json(page, events).unwrap()).unwrap()
     }
 
     fn events() -> Vec<RunEvent> {
@@ -216,10 +263,9 @@ mod tests {
         for wire in [Wire::V1, Wire::V2] {
             for event in &events() {
                 let id = wire_run_id(wire, "acme", "r-1");
-                let fast = serde_json::to_string(&EventDoc::new(wire, &id, event)).unwrap();
+                let fast = String::from_utf8(event_doc(wire, &id, &StoredEvent::of(event.clone()))).unwrap();
                 let old = reference(wire, "acme", "r-1", event).to_string();
                 assert_eq!(fast, old, "{wire:?} {}", event.event_type);
-                assert_eq!(event_value(wire, "acme", "r-1", event), reference(wire, "acme", "r-1", event));
             }
         }
     }
@@ -227,8 +273,9 @@ mod tests {
     #[test]
     fn pages_are_the_bytes_the_value_form_gave() {
         let events = events();
+        let stored: Vec<StoredEvent> = events.iter().cloned().map(StoredEvent::of).collect();
         let page = V1Page {
-            events: EventDocs::new(Wire::V1, "r-1", &events),
+            events: EventDocs::new(Wire::V1, "r-1", &stored),
             is_complete: false,
             is_terminal: true,
             last_event_seq: 41,
@@ -240,10 +287,10 @@ mod tests {
             "runId": "r-1", "events": docs, "lastEventSeq": 41, "runStatus": "completed",
             "isTerminal": true, "isComplete": false,
         });
-        assert_eq!(serde_json::to_string(&page).unwrap(), old.to_string());
+        assert_eq!(page_text(&page, &page.events), old.to_string());
 
         let page = V2Page {
-            events: EventDocs::new(Wire::V2, "acme/r-1", events.iter().skip(1)),
+            events: EventDocs::new(Wire::V2, "acme/r-1", stored.iter().skip(1)),
             is_terminal: false,
             last_sequence: -1,
             run_id: "acme/r-1",
@@ -253,7 +300,7 @@ mod tests {
         let old = json!({
             "runId": "acme/r-1", "events": docs, "lastSequence": -1, "status": "running", "isTerminal": false,
         });
-        assert_eq!(serde_json::to_string(&page).unwrap(), old.to_string());
+        assert_eq!(page_text(&page, &page.events), old.to_string());
     }
 
     #[test]
@@ -266,10 +313,96 @@ mod tests {
             run_id: "r",
             run_status: "failed",
         };
-        let text = serde_json::to_string(&page).unwrap();
+        let text = page_text(&page, &page.events);
         assert_eq!(
             text,
             r#"{"events":[],"isComplete":true,"isTerminal":true,"lastEventSeq":-1,"runId":"r","runStatus":"failed"}"#
         );
+    }
+
+    /// Events whose payloads exercise the writer: escapes, control characters, unicode keys
+    /// and values, integers at the ends of their ranges, floats, nesting, keys inserted out
+    /// of order.
+    fn varied_events() -> Vec<RunEvent> {
+        let mut nested = serde_json::Map::new();
+        for key in ["zeta", "Alpha", "\u{e9}t\u{e9}", "a\"b", "", "10", "9", "\u{1F600}"] {
+            nested.insert(key.into(), json!({"z": [key, {"y": null, "b": [[], {}]}], "a": key.len()}));
+        }
+        let payloads = [
+            json!({"text": "line\nbreak\ttab \u{0001}\u{001f}\u{007f} / \\ \"q\" \u{2028}\u{2029} \u{10FFFF}"}),
+            json!({"big": u64::MAX, "min": i64::MIN, "max": i64::MAX, "zero": 0, "neg": -1}),
+            json!({"floats": [0.1, -0.0, 1.5e-7, 1e300, -2.5e-308, 123_456_789.125, f64::MAX, f64::MIN_POSITIVE]}),
+            Value::Object(nested),
+            json!([1, "two", [3, [4, [5, {"six": {"seven": {"eight": true}}}]]]]),
+            json!("a bare string \u{e9}"),
+            json!(-17),
+            Value::Null,
+            json!({}),
+        ];
+        payloads
+            .into_iter()
+            .enumerate()
+            .map(|(index, payload)| RunEvent {
+                sequence: index as u64,
+                event_type: if index == 0 { "run.started".into() } else { format!("node.t\u{e9}st{index}") },
+                node_id: (index % 2 == 1).then(|| format!("n\"{index}\u{1F600}")),
+                payload,
+                timestamp: 1_764_600_000_000 + index as u64 * 999,
+                causation: (index % 3 != 0).then(|| index as u64 - 1),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_sqlite_store_hands_over_the_bytes_the_parsed_path_writes() {
+        use trellis_core::ports::RunStore;
+        use trellis_core::testing::{chain_workflow, pending_run};
+
+        let store = trellis_store_sqlite::SqliteStore::open_in_memory().unwrap();
+        let run = pending_run(&chain_workflow(), "r-1", "acme");
+        let written = varied_events();
+        store.create_run(&run, &written, &[], None).await.unwrap();
+
+        for (after, limit) in [(None, 100), (Some(2), 3), (Some(7), 100)] {
+            let parsed = store.events_after("r-1", after, limit).await.unwrap();
+            let raw = store.events_after_json("r-1", after, limit).await.unwrap();
+            assert!(!raw.is_empty());
+            let rendered: Vec<StoredEvent> = parsed.iter().cloned().map(StoredEvent::of).collect();
+            assert_eq!(raw, rendered, "after {after:?}");
+
+            for wire in [Wire::V1, Wire::V2] {
+                let id = wire_run_id(wire, "acme", "r-1");
+                for (raw, parsed) in raw.iter().zip(&parsed) {
+                    let doc = String::from_utf8(event_doc(wire, &id, raw)).unwrap();
+                    assert_eq!(doc, reference(wire, "acme", "r-1", parsed).to_string(), "{wire:?} {}", raw.sequence);
+                }
+            }
+            let docs: Vec<Value> = parsed.iter().map(|e| reference(Wire::V1, "acme", "r-1", e)).collect();
+            let page = V1Page {
+                events: EventDocs::new(Wire::V1, "r-1", &raw),
+                is_complete: false,
+                is_terminal: false,
+                last_event_seq: 8,
+                run_id: "r-1",
+                run_status: "running",
+            };
+            let old = json!({
+                "runId": "r-1", "events": docs, "lastEventSeq": 8, "runStatus": "running",
+                "isTerminal": false, "isComplete": false,
+            });
+            assert_eq!(page_text(&page, &page.events), old.to_string());
+            let docs: Vec<Value> = parsed.iter().map(|e| reference(Wire::V2, "acme", "r-1", e)).collect();
+            let page = V2Page {
+                events: EventDocs::new(Wire::V2, "acme/r-1", &raw),
+                is_terminal: true,
+                last_sequence: 8,
+                run_id: "acme/r-1",
+                status: "completed",
+            };
+            let old = json!({
+                "runId": "acme/r-1", "events": docs, "lastSequence": 8, "status": "completed", "isTerminal": true,
+            });
+            assert_eq!(page_text(&page, &page.events), old.to_string());
+        }
     }
 }

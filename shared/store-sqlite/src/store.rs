@@ -12,7 +12,7 @@ use trellis_core::interrupt::Vote;
 use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
 use trellis_core::ports::{
     CreateResult, EffectSink, HostSettings, IdempotencyClaim, IdempotencyRecord, LocalQueue, RunFilter, RunPosition,
-    RunStore, StoredWorkflow, Task, WorkflowStore,
+    RunStore, StoredEvent, StoredWorkflow, Task, WorkflowStore,
 };
 use trellis_core::run::{Changes, NodeState, NodeStatus};
 use trellis_core::timefmt::Millis;
@@ -75,6 +75,46 @@ pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreErr
 const STATEMENT_CACHE_CAPACITY: usize = 64;
 
 impl SqliteStore {
+    /// Events of `run_id` with `sequence > after` (all when `None`), in order, at most
+    /// `limit`, each as stored and then through `each`.
+    fn read_events<T>(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+        mut each: impl FnMut(StoredEvent) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let connection = self.lock();
+        let mut query = connection
+            .prepare_cached(
+                "SELECT sequence, type, node_id, payload, timestamp, causation FROM events
+                 WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
+            )
+            .map_err(unavailable)?;
+        let after = after.map_or(-1, |sequence| sequence as i64);
+        let rows = query
+            .query_map(params![run_id, after, limit as i64], |row| {
+                Ok(StoredEvent {
+                    sequence: row.get(0)?,
+                    event_type: row.get(1)?,
+                    node_id: row.get(2)?,
+                    payload_json: row.get(3)?,
+                    timestamp: row.get(4)?,
+                    causation: row.get(5)?,
+                })
+            })
+            .map_err(unavailable)?;
+        let mut events = Vec::new();
+        let mut bytes = 0;
+        for row in rows {
+            let event = row.map_err(unavailable)?;
+            bytes += event.payload_json.len();
+            events.push(each(event)?);
+        }
+        self.counters.read(events.len() as u64, bytes);
+        Ok(events)
+    }
+
     /// Opens (creating if needed) the database file at `path`, in WAL mode with full
     /// synchronous commits and exclusive locking; releases task leases left by a previous
     /// process.
@@ -451,36 +491,23 @@ impl RunStore for SqliteStore {
     }
 
     async fn events_after(&self, run_id: &str, after: Option<u64>, limit: usize) -> Result<Vec<RunEvent>, StoreError> {
-        let connection = self.lock();
-        let mut query = connection
-            .prepare_cached(
-                "SELECT sequence, type, node_id, payload, timestamp, causation FROM events
-                 WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
-            )
-            .map_err(unavailable)?;
-        let after = after.map_or(-1, |sequence| sequence as i64);
-        let rows = query
-            .query_map(params![run_id, after, limit as i64], |row| {
-                Ok((
-                    row.get::<_, u64>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, Option<String>>(2)?,
-                    row.get::<_, String>(3)?,
-                    row.get::<_, u64>(4)?,
-                    row.get::<_, Option<u64>>(5)?,
-                ))
-            })
-            .map_err(unavailable)?;
-        let mut events = Vec::new();
-        let mut bytes = 0;
-        for row in rows {
-            let (sequence, event_type, node_id, payload, timestamp, causation) = row.map_err(unavailable)?;
-            bytes += payload.len();
-            let payload: Value = serde_json::from_str(&payload).map_err(corrupt)?;
-            events.push(RunEvent { sequence, event_type, node_id, payload, timestamp, causation });
-        }
-        self.counters.read(events.len() as u64, bytes);
-        Ok(events)
+        self.read_events(run_id, after, limit, |event| {
+            let payload: Value = serde_json::from_str(&event.payload_json).map_err(corrupt)?;
+            let StoredEvent { sequence, event_type, node_id, timestamp, causation, .. } = event;
+            Ok(RunEvent { sequence, event_type, node_id, payload, timestamp, causation })
+        })
+    }
+
+    /// The payload column is the text `serde_json` wrote from the event's payload value
+    /// (`writer::event_rows`: compact, keys sorted, as the value writes again once parsed),
+    /// so it is handed over as read.
+    async fn events_after_json(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.read_events(run_id, after, limit, Ok)
     }
 
     async fn vote(&self, run_id: &str, interrupt_id: &str, voter: &str) -> Result<Option<Vote>, StoreError> {

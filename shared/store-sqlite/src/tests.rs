@@ -45,6 +45,9 @@ async fn a_layout_1_database_is_migrated_and_keeps_its_events() {
     let store = SqliteStore::open(&path).unwrap();
     let events = store.events_after("run-old", None, 10).await.unwrap();
     assert_eq!((events.len(), events[0].causation), (1, None));
+    let raw = store.events_after_json("run-old", None, 10).await.unwrap();
+    let parsed: Vec<_> = events.into_iter().map(trellis_core::ports::StoredEvent::of).collect();
+    assert_eq!(raw, parsed);
     drop(store);
     let reopened = rusqlite::Connection::open(&path).unwrap();
     let version: i64 = reopened.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();

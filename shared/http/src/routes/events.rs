@@ -7,11 +7,12 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use serde_json::json;
 use trellis_core::event::types;
-use trellis_core::{RunEvent, RunState};
+use trellis_core::ports::StoredEvent;
+use trellis_core::RunState;
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
-use crate::event_json::{page_response, EventDocs, V1Page};
+use crate::event_json::{page_response, run_events, EventDocs, V1Page};
 use crate::render::Wire;
 use crate::AppState;
 
@@ -72,12 +73,12 @@ pub(crate) async fn collect(
     run_id: &str,
     after: Option<u64>,
     budget: Duration,
-) -> Result<(RunState, Vec<RunEvent>), ApiError> {
+) -> Result<(RunState, Vec<StoredEvent>), ApiError> {
     let deadline = Instant::now() + budget;
     let services = &state.services;
     loop {
         let seen = services.notifier.run_generation(run_id);
-        let (run, events) = services.events(tenant, run_id, after, PAGE).await?;
+        let (run, events) = run_events(state, tenant, run_id, after, PAGE).await?;
         let now = Instant::now();
         if !events.is_empty() || run.status.is_terminal() || now >= deadline {
             return Ok((run, events));

@@ -19,21 +19,27 @@
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use serde_json::Value;
 use trellis_core::event::types;
-use trellis_core::RunEvent;
+use trellis_core::ports::StoredEvent;
 
 use super::stream::Filter;
-use crate::event_json::{event_value, EventDoc};
+use crate::event_json::{event_doc, run_events, write_doc};
 use crate::render::{wire_run_id, Wire};
 use crate::AppState;
 
 /// Events read from the store per round.
 const PAGE: usize = 500;
 
-fn frame(id: Option<u64>, event: &str, data: &str) -> Vec<u8> {
+fn frame(id: Option<u64>, event: &str, data: &[u8]) -> Vec<u8> {
     let id = id.map(|id| format!("id: {id}\n")).unwrap_or_default();
-    format!("{id}event: {event}\ndata: {data}\n\n").into_bytes()
+    let mut frame = Vec::with_capacity(id.len() + event.len() + data.len() + 16);
+    frame.extend_from_slice(id.as_bytes());
+    frame.extend_from_slice(b"event: ");
+    frame.extend_from_slice(event.as_bytes());
+    frame.extend_from_slice(b"\ndata: ");
+    frame.extend_from_slice(data);
+    frame.extend_from_slice(b"\n\n");
+    frame
 }
 
 /// The stream's state between chunks.
@@ -51,8 +57,9 @@ pub(crate) struct Stream {
     pub(crate) ends_at: Option<Instant>,
     /// `values` mode owes a baseline snapshot (the stream was resumed).
     pub(crate) baseline: bool,
-    /// Held event documents, the highest sequence among them, and when they are due.
-    pub(crate) held: Vec<Value>,
+    /// Held event documents (comma-separated), the highest sequence among them, and when
+    /// they are due.
+    pub(crate) held: Vec<u8>,
     pub(crate) held_last: u64,
     pub(crate) flush_at: Option<Instant>,
     /// The terminal event has been read: close once what is held is sent.
@@ -67,7 +74,10 @@ impl Stream {
         if self.held.is_empty() {
             return None;
         }
-        let data = Value::Array(std::mem::take(&mut self.held)).to_string();
+        let mut data = Vec::with_capacity(self.held.len() + 2);
+        data.push(b'[');
+        data.append(&mut self.held);
+        data.push(b']');
         self.flush_at = None;
         Some(frame(Some(self.held_last), "batch", &data))
     }
@@ -76,7 +86,7 @@ impl Stream {
     async fn snapshot_frame(&self) -> Option<Vec<u8>> {
         let run = self.state.services.get_run_summary(&self.tenant, &self.run_id).await.ok()?;
         let doc = super::runs::run_document(self.wire, &self.state, &run);
-        Some(frame(self.cursor, "state.snapshot", &doc.to_string()))
+        Some(frame(self.cursor, "state.snapshot", doc.to_string().as_bytes()))
     }
 
     /// The next chunk of bytes: frames, a keep-alive, or `None` to close.
@@ -92,7 +102,7 @@ impl Stream {
                 return self.take_batch().map(Bytes::from);
             }
             let seen = notifier.run_generation(&self.run_id);
-            let read = self.state.services.events(&self.tenant, &self.run_id, self.cursor, PAGE).await;
+            let read = run_events(&self.state, &self.tenant, &self.run_id, self.cursor, PAGE).await;
             let Ok((run, events)) = read else {
                 self.closed = true;
                 return self.take_batch().map(Bytes::from);
@@ -144,22 +154,28 @@ impl Stream {
     }
 
     /// Frames (or holds) the admitted events of one read.
-    fn admit(&mut self, events: &[RunEvent]) -> Admitted {
+    fn admit(&mut self, events: &[StoredEvent]) -> Admitted {
         let mut out = Admitted::default();
+        let id = wire_run_id(self.wire, &self.tenant, &self.run_id);
         for event in events {
             if self.filter.admits(&event.event_type) {
                 out.admitted = true;
                 match (self.filter, self.buffer) {
                     (Filter::Values, _) => {}
                     (_, Some(window)) => {
-                        self.held.push(event_value(self.wire, &self.tenant, &self.run_id, event));
+                        let mark = self.held.len();
+                        if mark > 0 {
+                            self.held.push(b',');
+                        }
+                        if write_doc(&mut self.held, self.wire, &id, event).is_err() {
+                            self.held.truncate(mark);
+                        }
                         self.held_last = event.sequence;
                         self.flush_at.get_or_insert_with(|| Instant::now() + window);
                         out.flush |= event.event_type == types::NODE_SUSPENDED;
                     }
                     (_, None) => {
-                        let id = wire_run_id(self.wire, &self.tenant, &self.run_id);
-                        let data = serde_json::to_string(&EventDoc::new(self.wire, &id, event)).unwrap_or_default();
+                        let data = event_doc(self.wire, &id, event);
                         out.bytes.extend(frame(Some(event.sequence), &event.event_type, &data));
                     }
                 }

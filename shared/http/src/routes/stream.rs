@@ -25,7 +25,7 @@ use serde_json::json;
 
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
-use crate::event_json::{page_response, EventDocs, V1Page, V2Page};
+use crate::event_json::{page_response, run_events, EventDocs, V1Page, V2Page};
 use crate::render::{wire_run_id, Wire};
 use crate::AppState;
 
@@ -169,7 +169,7 @@ pub(crate) async fn open(
             None => resume_after,
         };
         let limit = list_limit(query)?;
-        let (run, events) = state.services.events(tenant, run_id, after, limit).await?;
+        let (run, events) = run_events(&state, tenant, run_id, after, limit).await?;
         let terminal = run.status.is_terminal();
         let drained = events.len() < limit
             || events.last().is_some_and(|event| trellis_core::event::types::is_terminal(&event.event_type));
