@@ -8,6 +8,7 @@
 
 mod activity;
 mod control;
+mod journal;
 mod orchestration;
 mod pause;
 mod progress;

@@ -45,8 +45,14 @@ pub const CONFIDENCE_ESCALATED: &str = "trellis.workflowChain.confidence-escalat
 
 /// The latest decision, when `node` is a dispatch node acting on it.
 fn acted_on<'a>(state: &'a RunState, workflow: &Workflow, node_id: &str) -> Option<&'a Decided> {
-    let is_dispatch = workflow.node(node_id).is_some_and(|node| node.type_id == DISPATCH_TYPE_ID);
-    state.orchestrator.as_ref().and_then(|o| o.latest.as_ref()).filter(|_| is_dispatch)
+    // The run's latest decision first: most runs have none, and then the node is not looked up.
+    let latest = state.orchestrator.as_ref().and_then(|o| o.latest.as_ref())?;
+    workflow.node(node_id).is_some_and(|node| node.type_id == DISPATCH_TYPE_ID).then_some(latest)
+}
+
+/// Whether a completed node's outputs end its loop: a dispatch that acted on `terminate`.
+pub(super) fn terminates_loop(outputs: &Map<String, Value>) -> bool {
+    outputs.get("decision").and_then(Value::as_str) == Some("terminate")
 }
 
 /// The decision a CP-1 resume value ratifies: the decision itself, `{decision}`, or
@@ -365,8 +371,9 @@ impl Transition<'_> {
     /// Follows the loop edges out of a completed node (edges into a supervisor): the part of
     /// the graph from each target on is reset and the target scheduled again. A dispatch that
     /// acted on `terminate` does not loop.
-    pub(super) fn loop_back(&mut self, index: usize, outputs: &Map<String, Value>) {
-        if outputs.get("decision").and_then(Value::as_str) == Some("terminate") {
+    pub(super) fn loop_back(&mut self, index: usize, terminate: bool) {
+        // Most workflows have no loop edge: then there is nothing to scan for.
+        if terminate || !self.workflow.graph.is_loop.contains(&true) {
             return;
         }
         let targets: Vec<usize> = (0..self.workflow.graph.ends.len())

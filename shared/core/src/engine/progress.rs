@@ -1,11 +1,13 @@
 //! What the transition table's rows do: start a run, execute a node, propagate along edges
 //! (conditions, joins, skips), complete, fail or cancel the run.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::journal::Journal;
+use super::orchestration::terminates_loop;
 use super::{Effect, Outcome, Verdict, ENGINE_VERSION};
 use crate::event::{types, RunEvent};
 use crate::interrupt::InterruptState;
@@ -41,115 +43,22 @@ pub(super) struct Transition<'a> {
     pub(super) effects: Vec<Effect>,
 }
 
-/// What a transition must restore to undo itself.
-struct Journal {
-    /// The state's header before the transition.
-    header: RunState,
-    /// Prior values of the touched nodes (`None`: the node had no record).
-    nodes: BTreeMap<String, Option<NodeState>>,
-    /// Prior resolutions of the touched edges.
-    edges: BTreeMap<usize, EdgeStatus>,
-    /// Prior values of the touched variables (`None`: unset).
-    variables: BTreeMap<String, Option<Value>>,
-    /// The whole state before, to check that every change was journaled (debug builds,
-    /// which every test runs).
-    #[cfg(debug_assertions)]
-    before: RunState,
-}
-
-impl Journal {
-    fn changes(&self) -> Changes {
-        Changes {
-            all: false,
-            nodes: self.nodes.keys().cloned().collect(),
-            edges: self.edges.keys().copied().collect(),
-            variables: self.variables.keys().cloned().collect(),
-        }
-    }
-
-    /// Puts `state` back as it was.
-    fn roll_back(self, state: &mut RunState) {
-        let mut restored = self.header;
-        restored.nodes = std::mem::take(&mut state.nodes);
-        restored.edges = std::mem::take(&mut state.edges);
-        restored.variables = std::mem::take(&mut state.variables);
-        for (node_id, prior) in self.nodes {
-            match prior {
-                Some(node) => restored.nodes.insert(node_id, node),
-                None => restored.nodes.remove(&node_id),
-            };
-        }
-        for (edge, prior) in self.edges {
-            restored.edges[edge] = prior;
-        }
-        for (name, prior) in self.variables {
-            match prior {
-                Some(value) => restored.variables.insert(name, value),
-                None => restored.variables.remove(&name),
-            };
-        }
-        *state = restored;
-    }
-
-    /// Panics if a node, edge or variable changed without being journaled.
-    #[cfg(debug_assertions)]
-    fn check(&self, state: &RunState) {
-        let before = &self.before;
-        for (node_id, node) in &state.nodes {
-            if !self.nodes.contains_key(node_id) {
-                assert_eq!(before.nodes.get(node_id), Some(node), "node {node_id} changed without being journaled");
-            }
-        }
-        assert!(before.nodes.keys().all(|id| state.nodes.contains_key(id)), "a node record was dropped");
-        assert_eq!(before.edges.len(), state.edges.len(), "the edge list changed length");
-        for (edge, status) in state.edges.iter().enumerate() {
-            if !self.edges.contains_key(&edge) {
-                assert_eq!(before.edges[edge], *status, "edge {edge} changed without being journaled");
-            }
-        }
-        for (name, value) in before.variables.iter().chain(state.variables.iter()) {
-            if !self.variables.contains_key(name) {
-                assert_eq!(
-                    before.variables.get(name),
-                    state.variables.get(name),
-                    "variable {name} changed unjournaled"
-                );
-                let _ = value;
-            }
-        }
-    }
-}
-
 impl<'a> Transition<'a> {
     pub(super) fn new(workflow: &'a Workflow, state: &'a mut RunState, now: Millis) -> Self {
-        let journal = Journal {
-            header: state.header(),
-            nodes: BTreeMap::new(),
-            edges: BTreeMap::new(),
-            variables: BTreeMap::new(),
-            #[cfg(debug_assertions)]
-            before: state.clone(),
-        };
+        let journal = Journal::new(state);
         Self { workflow, state, journal, now, events: Vec::new(), effects: Vec::new() }
     }
 
     /// The state of `node_id`, journaled for change (created idle when it has no record).
     pub(super) fn node_mut(&mut self, node_id: &str) -> &mut NodeState {
+        // A key is allocated only for a record that is new to the journal or to the state.
         if !self.journal.nodes.contains_key(node_id) {
             self.journal.nodes.insert(node_id.to_owned(), self.state.nodes.get(node_id).cloned());
         }
-        self.state.nodes.entry(node_id.to_owned()).or_insert_with(|| NodeState {
-            status: NodeStatus::Idle,
-            activation: 0,
-            wake_at: None,
-            started_at: None,
-            outputs: Map::new(),
-            child_run_id: None,
-            child_workflow_id: None,
-            child_status: None,
-            dispatch: None,
-            activity: None,
-        })
+        if !self.state.nodes.contains_key(node_id) {
+            self.state.nodes.insert(node_id.to_owned(), idle_node());
+        }
+        self.state.nodes.get_mut(node_id).expect("the record was inserted above")
     }
 
     /// Resolves `edge` as `status`.
@@ -184,9 +93,9 @@ impl<'a> Transition<'a> {
         if verdict == Verdict::Applied {
             self.settle_status();
             self.settle_pause();
-            let (before, after) = (self.journal.header.status, self.state.status);
+            let (before, after) = (self.journal.status_before(), self.state.status);
             if before != after {
-                self.state.status_version = self.journal.header.version + 1;
+                self.state.status_version = self.journal.version_before() + 1;
             }
             let waiting_changed = before != after && (is_waiting(before) || is_waiting(after));
             if waiting_changed && !after.is_terminal() && after != RunStatus::Cancelling {
@@ -194,7 +103,7 @@ impl<'a> Transition<'a> {
             }
             #[cfg(debug_assertions)]
             self.journal.check(self.state);
-            let changes = self.journal.changes();
+            let changes = self.journal.into_changes();
             Outcome { verdict, events: self.events, effects: self.effects, changes }
         } else {
             self.journal.roll_back(self.state);
@@ -257,7 +166,9 @@ impl<'a> Transition<'a> {
         if node.status != NodeStatus::Scheduled || node.activation != activation {
             return Verdict::Stale;
         }
-        let Some(definition) = self.workflow.node(node_id).cloned() else { return Verdict::Stale };
+        let workflow = self.workflow;
+        let Some(index) = workflow.graph.index_of(node_id) else { return Verdict::Stale };
+        let definition = &workflow.definition.nodes[index];
         if self.state.node_executions >= self.state.limits.max_node_executions {
             let limit = self.state.limits.max_node_executions;
             self.emit(
@@ -274,9 +185,9 @@ impl<'a> Transition<'a> {
         }
         self.state.node_executions += 1;
         self.node_mut(node_id).started_at = Some(self.now);
-        if self.workflow.activity(node_id).is_some() {
+        if workflow.activities[index].is_some() {
             match self.resolve_inputs(&definition.inputs) {
-                Ok(inputs) => self.start_activity(&definition, inputs),
+                Ok(inputs) => self.start_activity(definition, inputs),
                 Err(error) => {
                     self.emit_node_started(node_id, &definition.type_id, 0);
                     self.fail_node(node_id, error);
@@ -558,8 +469,8 @@ impl<'a> Transition<'a> {
             targets.push_back(self.workflow.graph.ends[edge].1);
         }
         self.propagate(targets);
-        let outputs = self.state.nodes.get(node_id).map(|node| node.outputs.clone()).unwrap_or_default();
-        self.loop_back(index, &outputs);
+        let terminate = self.state.nodes.get(node_id).is_some_and(|node| terminates_loop(&node.outputs));
+        self.loop_back(index, terminate);
         // A pending drain pause takes effect first; the completion waits for `:resume`.
         if !self.state.nodes.values().any(|n| n.is_active()) && self.state.pending_pause.is_none() {
             self.complete_run();
@@ -570,9 +481,10 @@ impl<'a> Transition<'a> {
     /// [`TriggerRule`]): scheduled when it holds (a join waits for its live predecessors),
     /// skipped when it cannot — and a skip resolves the skipped node's own edges as not taken.
     fn propagate(&mut self, mut targets: VecDeque<usize>) {
+        let workflow = self.workflow;
         while let Some(target) = targets.pop_front() {
-            let node_id = self.workflow.definition.nodes[target].id.clone();
-            let idle = self.state.nodes.get(&node_id).is_none_or(|node| node.status == NodeStatus::Idle);
+            let node_id = workflow.definition.nodes[target].id.as_str();
+            let idle = self.state.nodes.get(node_id).is_none_or(|node| node.status == NodeStatus::Idle);
             if !idle {
                 continue;
             }
@@ -596,15 +508,15 @@ impl<'a> Transition<'a> {
             match run {
                 None => continue,
                 Some(true) => {
-                    self.schedule(&node_id);
+                    self.schedule(node_id);
                     continue;
                 }
                 Some(false) => {}
             }
-            self.node_mut(&node_id).status = NodeStatus::Skipped;
+            self.node_mut(node_id).status = NodeStatus::Skipped;
             self.emit(
                 types::NODE_SKIPPED,
-                Some(&node_id),
+                Some(node_id),
                 json!({ "nodeId": node_id, "reason": "no-incoming-edge-taken" }),
             );
             for &edge in &self.workflow.graph.outgoing[target] {
@@ -724,4 +636,20 @@ pub fn cancels_its_child(workflow: &Workflow, node_id: &str) -> bool {
         .node(node_id)
         .and_then(|node| SubWorkflowConfig::parse(&node.config).ok())
         .is_none_or(|config| config.propagate_cancellation)
+}
+
+/// The record of a node that had none: idle, never activated.
+fn idle_node() -> NodeState {
+    NodeState {
+        status: NodeStatus::Idle,
+        activation: 0,
+        wake_at: None,
+        started_at: None,
+        outputs: Map::new(),
+        child_run_id: None,
+        child_workflow_id: None,
+        child_status: None,
+        dispatch: None,
+        activity: None,
+    }
 }
