@@ -51,14 +51,10 @@ impl<'a> Transition<'a> {
 
     /// The state of `node_id`, journaled for change (created idle when it has no record).
     pub(super) fn node_mut(&mut self, node_id: &str) -> &mut NodeState {
-        // A key is allocated only for a record that is new to the journal or to the state.
         if !self.journal.nodes.contains_key(node_id) {
             self.journal.nodes.insert(node_id.to_owned(), self.state.nodes.get(node_id).cloned());
         }
-        if !self.state.nodes.contains_key(node_id) {
-            self.state.nodes.insert(node_id.to_owned(), idle_node());
-        }
-        self.state.nodes.get_mut(node_id).expect("the record was inserted above")
+        self.state.nodes.entry(node_id.to_owned()).or_insert_with(idle_node)
     }
 
     /// Resolves `edge` as `status`.
