@@ -32,6 +32,15 @@ mod outbox;
 mod reads;
 pub use outbox::UnsentPage;
 
+/// Items per request of a prefix query.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Paging {
+    /// The same number each request.
+    Fixed(i32),
+    /// This many first, then four times as many as the request before (at most 1,000).
+    Growing(i32),
+}
+
 /// How often a commit is retried after `TransactionConflict` or an ambiguous failure.
 const COMMIT_ATTEMPTS: u32 = 6;
 
@@ -194,15 +203,19 @@ impl DynamoStore {
     }
 
     /// Visits the items of partition `pk` whose sort key starts with `prefix` (newest first
-    /// when `!forward`), `page_size` per request, until `visit` returns `true` or none are left.
+    /// when `!forward`), `paging` per request, until `visit` returns `true` or none are left.
     async fn query_prefix(
         &self,
         pk: String,
         prefix: &str,
         forward: bool,
-        page_size: i32,
+        paging: Paging,
         visit: impl FnMut(&Item) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
+        let (page_size, growing) = match paging {
+            Paging::Fixed(size) => (size, false),
+            Paging::Growing(size) => (size, true),
+        };
         let query = self
             .client
             .query()
@@ -213,7 +226,7 @@ impl DynamoStore {
             .scan_index_forward(forward)
             .consistent_read(true)
             .limit(page_size);
-        self.visit_query(query, visit).await
+        self.paged_query(query, growing, visit).await
     }
 
     /// Runs `query` page by page (metered), visiting each item until `visit` returns `true`
@@ -221,6 +234,17 @@ impl DynamoStore {
     async fn visit_query(
         &self,
         query: QueryFluentBuilder,
+        visit: impl FnMut(&Item) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        self.paged_query(query, false, visit).await
+    }
+
+    /// [`DynamoStore::visit_query`]; when `growing`, each request after the first asks for four
+    /// times as many items as the one before (at most 1,000).
+    async fn paged_query(
+        &self,
+        mut query: QueryFluentBuilder,
+        growing: bool,
         mut visit: impl FnMut(&Item) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
         let mut start = None;
@@ -235,6 +259,10 @@ impl DynamoStore {
             start = page.last_evaluated_key().cloned();
             if start.is_none() {
                 return Ok(());
+            }
+            if growing {
+                let next = query.get_limit().map(|limit| limit.saturating_mul(4).min(1000));
+                query = query.set_limit(next);
             }
         }
     }
@@ -343,7 +371,7 @@ impl DynamoStore {
 
     async fn workflow_items(&self, namespace: &str, workflow_id: &str) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
-        self.query_prefix(keys::workflow_pk(namespace, workflow_id), "H#", true, 100, |item| {
+        self.query_prefix(keys::workflow_pk(namespace, workflow_id), "H#", true, Paging::Fixed(100), |item| {
             items.push(item.clone());
             Ok(false)
         })
@@ -464,10 +492,16 @@ impl WorkflowStore for DynamoStore {
     async fn workflow_ids(&self, namespace: &str) -> Result<Vec<String>, StoreError> {
         // The directory partition of the namespace: its entries sort by id.
         let mut ids = Vec::new();
-        self.query_prefix(keys::workflow_directory_pk(namespace), keys::WORKFLOW_ENTRY_PREFIX, true, 100, |item| {
-            ids.push(get_s(item, "workflow_id")?.to_owned());
-            Ok(false)
-        })
+        self.query_prefix(
+            keys::workflow_directory_pk(namespace),
+            keys::WORKFLOW_ENTRY_PREFIX,
+            true,
+            Paging::Fixed(100),
+            |item| {
+                ids.push(get_s(item, "workflow_id")?.to_owned());
+                Ok(false)
+            },
+        )
         .await?;
         Ok(ids)
     }

@@ -93,13 +93,13 @@ impl HotRuns {
         self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The cached state of `run_id` and its policy: handed over (the entry keeps its version
+    /// The cached state of `run_id` and its basis: handed over (the entry keeps its version
     /// and policy) when `take`, else copied.
-    pub(crate) fn state(&self, run_id: &str, take: bool) -> Option<(RunState, CheckpointPolicy)> {
+    pub(crate) fn state(&self, run_id: &str, take: bool) -> Option<(RunState, Basis)> {
         let mut entries = self.lock();
         let hot = entries.get_mut(run_id)?;
         let state = if take { hot.state.take()? } else { hot.state.clone()? };
-        Some((state, hot.policy))
+        Some((state, (hot.policy, hot.header.clone())))
     }
 
     /// The basis of a delta on `run_id`'s `version`, if that is its newest known version.
@@ -139,7 +139,7 @@ mod tests {
         let hot = HotRuns::default();
         let run = pending_run(&chain_workflow(), "run-h", "t");
         hot.put("run-h", run.version, Some(run.clone()), (CheckpointPolicy::checkpoint(10), Arc::default()));
-        let (taken, policy) = hot.state("run-h", true).expect("cached");
+        let (taken, (policy, _)) = hot.state("run-h", true).expect("cached");
         assert_eq!((taken.version, policy.checkpoint_bytes), (run.version, 10));
         assert!(hot.state("run-h", false).is_none(), "taken, not copied");
         assert_eq!(hot.basis_at("run-h", run.version).map(|b| b.0), Some(policy));

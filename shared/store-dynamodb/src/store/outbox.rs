@@ -19,7 +19,7 @@ use trellis_core::ports::RunStore;
 use trellis_core::run::NodeStatus;
 use trellis_core::{RunState, StoreError};
 
-use super::DynamoStore;
+use super::{DynamoStore, Paging};
 use crate::codec::{self, get_n, get_s, n, s, Page, Proof};
 use crate::errors::unavailable;
 use crate::keys::{self, MARKER_PREFIX, PAGE_PREFIX, PK, SK};
@@ -132,7 +132,7 @@ impl DynamoStore {
     /// Versions of `run_id` whose effects were sent.
     async fn sent_versions(&self, run_id: &str) -> Result<std::collections::BTreeSet<u64>, StoreError> {
         let mut sent = std::collections::BTreeSet::new();
-        self.query_prefix(keys::run_pk(run_id), MARKER_PREFIX, true, 100, |item| {
+        self.query_prefix(keys::run_pk(run_id), MARKER_PREFIX, true, Paging::Fixed(100), |item| {
             codec::check_format(item)?;
             if let Ok(version) = get_s(item, SK)?.trim_start_matches(MARKER_PREFIX).parse::<u64>() {
                 sent.insert(version);
@@ -243,7 +243,7 @@ impl DynamoStore {
     fn creation_sent<'a>(&'a self, run_id: &'a str) -> Check<'a, bool> {
         Box::pin(async move {
             let mut first = None;
-            self.query_prefix(keys::run_pk(run_id), PAGE_PREFIX, true, 1, |item| {
+            self.query_prefix(keys::run_pk(run_id), PAGE_PREFIX, true, Paging::Fixed(1), |item| {
                 first = Some(codec::decode_page(item)?);
                 Ok(true)
             })

@@ -3,9 +3,9 @@
 
 use trellis_core::{RunState, StoreError};
 
-use super::{now_ms, DynamoStore};
+use super::{now_ms, DynamoStore, Paging};
 use crate::codec::{self, s, Body, Page};
-use crate::delta::{header_of, CheckpointPolicy};
+use crate::delta::{header_of, CheckpointPolicy, Header};
 use crate::errors::unavailable;
 use crate::keys::{self, PAGE_PREFIX};
 
@@ -41,38 +41,14 @@ impl DynamoStore {
         enough: impl Fn(&Page) -> bool,
     ) -> Result<Vec<Page>, StoreError> {
         let mut pages = Vec::new();
-        let mut start = None;
-        let mut limit = page_size;
-        loop {
-            let response = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                .expression_attribute_values(":pk", s(keys::run_pk(run_id)))
-                .expression_attribute_values(":prefix", s(PAGE_PREFIX))
-                .scan_index_forward(false)
-                .consistent_read(true)
-                .limit(limit)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(unavailable)?;
-            self.meter.read(response.items());
-            for item in response.items() {
-                let page = codec::decode_page(item)?;
-                let done = enough(&page);
-                pages.push(page);
-                if done {
-                    return Ok(pages);
-                }
-            }
-            start = response.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(pages);
-            }
-            limit = limit.saturating_mul(4).min(1000);
-        }
+        self.query_prefix(keys::run_pk(run_id), PAGE_PREFIX, false, Paging::Growing(page_size), |item| {
+            let page = codec::decode_page(item)?;
+            let done = enough(&page);
+            pages.push(page);
+            Ok(done)
+        })
+        .await?;
+        Ok(pages)
     }
 
     /// Pages of `run_id` after version `version`, oldest first, at most [`CATCH_UP_PAGES`];
@@ -101,9 +77,14 @@ impl DynamoStore {
     /// The run's current state (handed over from the cache for [`ReadMode::Take`]); the
     /// cache then knows its version.
     pub(super) async fn read_run(&self, run_id: &str, mode: ReadMode) -> Result<Option<RunState>, StoreError> {
-        if let Some((state, policy)) = self.hot.state(run_id, mode == ReadMode::Take) {
+        if let Some((state, (policy, header))) = self.hot.state(run_id, mode == ReadMode::Take) {
+            let cached_version = state.version;
             match self.catch_up(run_id, state, policy).await {
-                Ok(Some(Some((state, policy)))) => return self.remember(state, policy, mode).map(Some),
+                Ok(Some(Some((state, policy)))) => {
+                    // Nothing newer: the cached header is still the basis (no re-serializing).
+                    let known = (state.version == cached_version).then_some(header);
+                    return self.remember(state, policy, known, mode).map(Some);
+                }
                 Ok(Some(None)) => return Ok(None),
                 // Far behind, a gap or a page that does not apply: read from a checkpoint.
                 Ok(None) | Err(StoreError::Corrupt(_)) => self.hot.forget(run_id),
@@ -126,7 +107,7 @@ impl DynamoStore {
                 policy.after_delta(page.bytes)
             };
         }
-        self.remember(state, policy, mode).map(Some)
+        self.remember(state, policy, None, mode).map(Some)
     }
 
     /// `state` (at its version when cached) moved on by the pages written after it (`None`
@@ -158,10 +139,19 @@ impl DynamoStore {
     }
 
     /// Caches `state` (or, when the caller takes it, what the cache needs to take it back;
-    /// nothing new for a listing).
-    fn remember(&self, state: RunState, policy: CheckpointPolicy, mode: ReadMode) -> Result<RunState, StoreError> {
+    /// nothing new for a listing), with `header` when it is known to be the state's.
+    fn remember(
+        &self,
+        state: RunState,
+        policy: CheckpointPolicy,
+        header: Option<std::sync::Arc<Header>>,
+        mode: ReadMode,
+    ) -> Result<RunState, StoreError> {
         if mode != ReadMode::Listing {
-            let header = std::sync::Arc::new(header_of(&state)?);
+            let header = match header {
+                Some(header) => header,
+                None => std::sync::Arc::new(header_of(&state)?),
+            };
             let kept = (mode == ReadMode::Copy).then(|| state.clone());
             self.hot.put(&state.run_id, state.version, kept, (policy, header));
         }
