@@ -183,7 +183,7 @@ impl EffectSink for SqsEffects {
         effects: &[Effect],
         carried_out: &[Effect],
     ) -> Result<(), StoreError> {
-        let others: Vec<Effect> = effects.iter().filter(|effect| !carried_out.contains(effect)).cloned().collect();
+        let others = trellis_core::ports::not_carried_out(effects, carried_out);
         if let Err(error) = self.send(run_id, &others).await {
             // The task may still be acknowledged: the reconciler's next sweep finds the page.
             return match self.store.enlist_outbox(run_id, version, self.clock.now()).await {

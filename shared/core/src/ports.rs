@@ -283,6 +283,12 @@ pub struct Task {
     pub deliveries: u32,
 }
 
+/// The effects of a commit that the committing call did not carry out itself (what
+/// [`EffectSink::send_committed_except`] still sends).
+pub fn not_carried_out(effects: &[Effect], carried_out: &[Effect]) -> Vec<Effect> {
+    effects.iter().filter(|effect| !carried_out.contains(effect)).cloned().collect()
+}
+
 /// Sends the effects of a commit to where they are executed. Embedded, that is the local task
 /// table (the commit already wrote them there; sending again is a no-op); on AWS, the step
 /// queue (the commit wrote them to the outbox; sending also clears them from it). Sending the
@@ -310,8 +316,7 @@ pub trait EffectSink: Send + Sync {
         effects: &[Effect],
         carried_out: &[Effect],
     ) -> Result<(), StoreError> {
-        let others: Vec<Effect> = effects.iter().filter(|effect| !carried_out.contains(effect)).cloned().collect();
-        self.send_committed(run_id, version, &others).await
+        self.send_committed(run_id, version, &not_carried_out(effects, carried_out)).await
     }
 
     /// Repairs a crash between a commit and its send: makes sure the run's `outstanding`
