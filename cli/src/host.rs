@@ -9,7 +9,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
+use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{AllowList, HttpClient, HttpRequestActivity, HttpSettings};
+use trellis_core::interrupt::callback::{CallbackSender, Callbacks};
 use trellis_core::limits::HostLimits;
 use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
@@ -54,6 +56,16 @@ pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
     let max_response_body_bytes = usize::try_from(args.http_max_response_bytes).unwrap_or(usize::MAX);
     let http = HttpClient::system(HttpSettings { allow, max_response_body_bytes, ..HttpSettings::default() });
     Ok(NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http))))
+}
+
+/// The sender of external-event notifies (`docs/callbacks.md`): the same SSRF-guarded client
+/// and address policy as `core.http.request`.
+pub fn callback_sender(args: &ServeArgs) -> Result<Arc<dyn CallbackSender>, StartError> {
+    let allow = AllowList::parse(&args.http_allow_private_nets).map_err(|error| {
+        StartError::Setting(format!("--http-allow-private-nets / TRELLIS_HTTP_ALLOW_PRIVATE_NETS: {error}"))
+    })?;
+    let http = HttpClient::system(HttpSettings { allow, ..HttpSettings::default() });
+    Ok(Arc::new(HttpCallbackSender::new(http)))
 }
 
 /// How long a graceful stop waits for open connections.
@@ -130,13 +142,17 @@ impl EmbeddedHost {
             notifier: notifier.clone(),
         };
         let nodes = node_registry(args)?;
-        let services = Services::new(ports, limits).with_test_seams(args.test_seams).with_nodes(nodes);
+        // The token key: the API verifies interrupt tokens with it, the worker signs the
+        // tokens its callback notifies carry with it.
+        let cursor_key = keys::cursor_secret((!args.memory).then_some(args.data_dir.as_path()))?;
+        let callbacks = Callbacks::new(&cursor_key[..], callback_sender(args)?);
+        let services =
+            Services::new(ports, limits).with_test_seams(args.test_seams).with_nodes(nodes).with_callbacks(callbacks);
         let services = Arc::new(services.with_step_chaining(STEP_CHAIN_LIMIT));
 
         let fixtures = load_definitions(&services, args).await?;
         let (keys, dev_key) = collect_keys(args, &options)?;
 
-        let cursor_key = keys::cursor_secret((!args.memory).then_some(args.data_dir.as_path()))?;
         let state = AppState {
             services: services.clone(),
             keys: Arc::new(KeyRing::new(keys)),

@@ -5,6 +5,9 @@
 //!
 //! - [`http`]: `core.http.request` ([`http::HttpRequestActivity`]) over the one outbound HTTP
 //!   client ([`http::HttpClient`]: resolve → check every answer → pin → connect, redirects
-//!   off, a capped body) and its address policy ([`http::AllowList`]).
+//!   off, a capped body) and its address policy ([`http::AllowList`]);
+//! - [`callback`]: the sender of external-event notifies ([`callback::HttpCallbackSender`])
+//!   over the same client.
 
+pub mod callback;
 pub mod http;

@@ -370,6 +370,10 @@ pub struct RunState {
     /// Caller-supplied scope id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope_id: Option<String>,
+    /// Where an external-event interrupt of this run notifies its worker (create's
+    /// `callbackUrl`; see `docs/callbacks.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
     /// The parent, when this is a child run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentLink>,
@@ -462,6 +466,7 @@ impl RunState {
             tags: self.tags.clone(),
             metadata: self.metadata.clone(),
             scope_id: self.scope_id.clone(),
+            callback_url: self.callback_url.clone(),
             parent: self.parent.clone(),
             interrupts: self.interrupts.clone(),
             pause: self.pause.clone(),

@@ -1,7 +1,7 @@
 //! Wire behaviour the official scenarios probe, through the router with `oneshot`: the
 //! capability-toggle probe (`{name: <any>, value: null}` is a no-op), the per-item dispatch seam
 //! (`POST /v1/host/sample/dispatch/per-item`), the concurrent-claim seam
-//! (`POST /v1/host/sample/test/idempotency/concurrent-claim`) and the refusal of `callbackUrl`
+//! (`POST /v1/host/sample/test/idempotency/concurrent-claim`) and the check of `callbackUrl`
 //! on run creation.
 
 mod support;
@@ -121,16 +121,19 @@ async fn the_new_seams_are_gated_like_the_others() {
 }
 
 #[tokio::test]
-async fn a_callback_url_is_refused_by_name_not_as_missing_interrupts() {
+async fn a_callback_url_is_accepted_when_absolute_http_and_refused_by_name_otherwise() {
     let h = harness(false).await;
     let before = h.run_counts();
+    for bad in ["/relative/hook", "ftp://example.invalid/hook", "not a url"] {
+        let body = json!({"workflowId": "chain", "callbackUrl": bad});
+        let (status, answer) = h.post_as("/v1/runs", "alice-key", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {answer}");
+        assert_envelope(&answer, "validation_error");
+        assert!(answer["message"].as_str().unwrap().contains("callbackUrl"), "{answer}");
+        assert_eq!(answer["details"]["field"], "callbackUrl", "{answer}");
+    }
+    assert_eq!(h.run_counts(), before, "a refused callbackUrl creates no run");
     let body = json!({"workflowId": "chain", "callbackUrl": "https://example.invalid/hook"});
     let (status, answer) = h.post_as("/v1/runs", "alice-key", body).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
-    assert_envelope(&answer, "capability_required");
-    let message = answer["message"].as_str().unwrap();
-    assert!(message.contains("callbackUrl is not supported by this host yet"), "{message}");
-    assert!(!message.contains("interrupts, which"), "interrupts are supported: {message}");
-    assert_eq!(answer["details"]["field"], "callbackUrl", "{answer}");
-    assert_eq!(h.run_counts(), before);
+    assert!(status.is_success(), "{answer}");
 }

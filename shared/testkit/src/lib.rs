@@ -7,6 +7,7 @@
 //! (`conformance/scenarios.json`) are written in the script format [`script`] reads, so both
 //! backends are held to the same behaviour by the same code.
 
+pub mod callback;
 pub mod campaign;
 pub mod external;
 pub mod host;

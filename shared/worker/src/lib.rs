@@ -12,9 +12,11 @@
 //!
 //! `Execute` tasks run an activity attempt (`activity`): embedded, they run concurrently
 //! with every other task, at most `WorkerOptions::max_concurrent_activities` at a time, so a
-//! slow call never holds up other runs' steps.
+//! slow call never holds up other runs' steps. `NotifyWorker` tasks (the POST to an external
+//! worker, `callback`) run the same way.
 
 mod activity;
+mod callback;
 mod crash;
 mod local;
 mod step;

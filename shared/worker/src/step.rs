@@ -95,6 +95,9 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
                 }
             }
         }
+        Effect::NotifyWorker { node_id, interrupt_id, .. } => {
+            return crate::callback::notify(services, task, node_id, interrupt_id, context).await;
+        }
         other => (task.run_id.clone(), other.input().expect("own-run effects have an input")),
     };
     let hooks = CrashHooks(context.crash);

@@ -179,6 +179,10 @@ impl Transition<'_> {
         }
         let Some(type_id) = self.workflow.node(node_id).map(|node| node.type_id.clone()) else { return Verdict::Stale };
         self.emit_node_started(node_id, &type_id, attempt);
+        if self.workflow.activity(node_id).is_none() {
+            // An external-event node retried after its worker failed (see `control`).
+            return self.retry_callback(node_id, attempt);
+        }
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Executing;
         node.wake_at = None;

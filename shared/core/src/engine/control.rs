@@ -12,6 +12,10 @@
 //!   occurrence: `node.suspended`, `interrupt.requested`, `approval.requested`;
 //! - timeout: `approval.received` (`action: timeout`, approvals only), `interrupt.resolved`
 //!   (`outcome: rejected, reason: timeout`), `node.failed`, `run.failed` (`interrupt_timeout`);
+//! - external-event callbacks (see [`crate::interrupt::callback`]): a heartbeat records
+//!   `trellis.interrupt.heartbeat`; a worker's failure `interrupt.resolved` (`outcome:
+//!   failed`), a missed heartbeat `interrupt.resolved` (`reason: heartbeat-timeout`), each
+//!   then `node.retried` (a new occurrence after the backoff) or `node.failed`;
 //! - `run.paused` / `run.resumed`.
 
 use serde_json::{json, Value};
@@ -20,15 +24,25 @@ use sha2::{Digest, Sha256};
 use super::orchestration::ratified;
 use super::progress::{is_waiting, Transition};
 use super::{Effect, Verdict};
+use crate::activity::policy::heartbeat_timeout;
+use crate::activity::ActivityError;
 use crate::event::types;
+use crate::interrupt::callback::{self, WorkerReport};
 use crate::interrupt::request::InterruptRequest;
 use crate::interrupt::resolve::{judge, Closing};
 use crate::interrupt::{InterruptKind, InterruptRecord, InterruptState, Refusal, Resolution, Resolver};
-use crate::run::{DrainPolicy, NodeStatus, PauseState, RunError, RunStatus};
+use crate::run::{ActivityProgress, DrainPolicy, NodeStatus, PauseState, RunError, RunStatus};
 
 impl Transition<'_> {
     /// Suspends `node_id` on a new interrupt occurrence.
     pub(super) fn suspend(&mut self, node_id: &str, request: InterruptRequest) {
+        self.suspend_attempt(node_id, request, 0);
+    }
+
+    /// Suspends `node_id` on a new interrupt occurrence for attempt `attempt` of the node. An
+    /// external-event occurrence reads the node's heartbeat setting and, when the node or the
+    /// run names a worker to notify, commits the notify effect with it.
+    pub(super) fn suspend_attempt(&mut self, node_id: &str, request: InterruptRequest, attempt: u32) {
         let run_id = self.state.run_id.clone();
         let occurrence = 1 + self.state.interrupts.iter().filter(|record| record.node_id == node_id).count() as u32;
         let digest = Sha256::digest(format!("{run_id}\n{node_id}\n{occurrence}").as_bytes());
@@ -45,9 +59,24 @@ impl Transition<'_> {
             requested_at: self.now,
             votes: Vec::new(),
             tally: None,
+            attempt,
+            heartbeat_ms: None,
+            heartbeat_at: None,
             state: InterruptState::Pending,
         };
-        let deadline = record.deadline();
+        let mut record = record;
+        let mut notify = None;
+        if record.kind == InterruptKind::ExternalEvent && !self.is_supervisor(node_id) {
+            record.heartbeat_ms = callback::node_policy(self.workflow, node_id).heartbeat_ms;
+            if callback::target(self.workflow, self.state, node_id).is_some() {
+                notify = Some(Effect::NotifyWorker {
+                    node_id: node_id.to_owned(),
+                    interrupt_id: record.id.clone(),
+                    due_at: self.now,
+                });
+            }
+        }
+        let deadline = record.next_timer();
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Suspended;
         node.wake_at = deadline;
@@ -94,6 +123,7 @@ impl Transition<'_> {
         if let Some(due_at) = deadline {
             self.effects.push(Effect::Wake { node_id: node_id.to_owned(), activation, due_at });
         }
+        self.effects.extend(notify);
         self.state.interrupts.push(record);
     }
 
@@ -107,6 +137,19 @@ impl Transition<'_> {
             return Verdict::Refused(refusal);
         }
         let record = self.state.interrupts[index].clone();
+        if record.kind == InterruptKind::ExternalEvent && !self.is_supervisor(&record.node_id) {
+            if record.deadline().is_some_and(|deadline| deadline <= self.now) {
+                return Verdict::Refused(Refusal::Expired);
+            }
+            match callback::worker_report(&resolution.value) {
+                Some(Err(message)) => {
+                    return Verdict::Refused(Refusal::invalid(message, json!({ "field": "resumeValue" })))
+                }
+                Some(Ok(WorkerReport::Heartbeat(details))) => return self.heartbeat(index, details),
+                Some(Ok(WorkerReport::Failure(error))) => return self.worker_failed(index, &resolution, error),
+                None => {}
+            }
+        }
         if self.is_supervisor(&record.node_id) && record.kind == InterruptKind::LowConfidence {
             if let Err(refusal) = ratified(&record, &resolution.value) {
                 return Verdict::Refused(refusal);
@@ -228,15 +271,109 @@ impl Transition<'_> {
         }
     }
 
-    /// A suspended node's timer: the pending occurrence times out (auto-reject), or the
-    /// timer belongs to an earlier occurrence and waits for the current one's deadline.
+    /// A worker's heartbeat on the pending external-event occurrence at `index`: its silence
+    /// is counted again from now (the node's timer moves), the details are recorded.
+    fn heartbeat(&mut self, index: usize, details: Value) -> Verdict {
+        let now = self.now;
+        let record = &mut self.state.interrupts[index];
+        record.heartbeat_at = Some(now);
+        let (node_id, next_timer) = (record.node_id.clone(), record.next_timer());
+        let payload =
+            json!({ "nodeId": node_id, "interruptId": record.id, "attempt": record.attempt, "details": details });
+        self.node_mut(&node_id).wake_at = next_timer;
+        self.emit(callback::HEARTBEAT_EVENT, Some(&node_id), payload);
+        Verdict::Applied
+    }
+
+    /// A worker's `{failure}` on the pending external-event occurrence at `index`: it closes,
+    /// and the attempt fails under the node's retry policy.
+    fn worker_failed(&mut self, index: usize, resolution: &Resolution, error: ActivityError) -> Verdict {
+        let record = self.state.interrupts[index].clone();
+        let node_id = record.node_id.as_str();
+        self.state.interrupts[index].state = InterruptState::Resolved { outcome: "failed".into(), at: self.now };
+        let resolved = json!({
+            "nodeId": node_id,
+            "interruptId": record.id,
+            "kind": record.kind.as_str(),
+            "resumeValue": resolution.value,
+            "outcome": "failed",
+            "resolvedAt": crate::timefmt::rfc3339(self.now),
+            "resolvedBy": resolution.resolver.identity(),
+        });
+        self.emit(types::INTERRUPT_RESOLVED, Some(node_id), resolved);
+        self.callback_attempt_failed(&record, error);
+        Verdict::Applied
+    }
+
+    /// Attempt `record.attempt` of an external-event node failed (the worker reported a
+    /// failure or missed a heartbeat): the next attempt after the retry policy's backoff (a
+    /// new occurrence, its worker notified again), or the node fails (its failure routes).
+    fn callback_attempt_failed(&mut self, record: &InterruptRecord, error: ActivityError) {
+        let node_id = record.node_id.as_str();
+        let retry = callback::node_policy(self.workflow, node_id).retry;
+        if !retry.retries(record.attempt, &error) {
+            return self.fail_node_after(node_id, error.to_run_error(), record.attempt + 1, error.retryable);
+        }
+        let activation = self.state.nodes.get(node_id).map_or(1, |node| node.activation);
+        let next = record.attempt + 1;
+        let delay = retry.delay_ms(record.attempt, &format!("{}/{node_id}/{activation}", self.state.run_id));
+        let last_error = json!({ "code": error.code, "message": error.message, "retryable": error.retryable });
+        let payload = json!({ "nodeId": node_id, "attempt": next, "delayMs": delay, "lastError": last_error });
+        self.emit(types::NODE_RETRIED, Some(node_id), payload);
+        let due_at = self.now.saturating_add(delay);
+        let node = self.node_mut(node_id);
+        node.status = NodeStatus::Retrying;
+        node.wake_at = Some(due_at);
+        node.activity = Some(ActivityProgress { attempt: next, request: Value::Null, heartbeat: None });
+        self.effects.push(Effect::Retry { node_id: node_id.to_owned(), activation, attempt: next, due_at });
+    }
+
+    /// The backoff of an external-event node's failed attempt ran out: attempt `attempt`
+    /// suspends on a new occurrence (the same request as the last one).
+    pub(super) fn retry_callback(&mut self, node_id: &str, attempt: u32) -> Verdict {
+        let Some(last) = self.state.interrupts.iter().rev().find(|record| record.node_id == node_id) else {
+            return Verdict::Stale;
+        };
+        let request = InterruptRequest {
+            kind: last.kind,
+            data: last.data.clone(),
+            resume_schema: last.resume_schema.clone(),
+            timeout_ms: last.timeout_ms,
+            profile: last.profile.clone(),
+        };
+        let node = self.node_mut(node_id);
+        node.activity = None;
+        node.wake_at = None;
+        self.suspend_attempt(node_id, request, attempt);
+        Verdict::Applied
+    }
+
+    /// A suspended node's timer: the pending occurrence times out (auto-reject), its worker
+    /// missed a heartbeat (the attempt fails), or the timer is early (an earlier occurrence's,
+    /// or set before a heartbeat) and waits for the current due time.
     pub(super) fn interrupt_timeout(&mut self, node_id: &str) -> Verdict {
         let Some(index) = self.state.interrupts.iter().position(|r| r.node_id == node_id && r.is_pending()) else {
             return Verdict::Stale;
         };
         let record = self.state.interrupts[index].clone();
         if record.deadline().is_none_or(|deadline| deadline > self.now) {
-            return Verdict::Later;
+            let Some(heartbeat_ms) = record.heartbeat_due().filter(|due| *due <= self.now).and(record.heartbeat_ms)
+            else {
+                return Verdict::Later;
+            };
+            self.state.interrupts[index].state = InterruptState::TimedOut;
+            let payload = json!({
+                "nodeId": node_id,
+                "interruptId": record.id,
+                "kind": record.kind.as_str(),
+                "outcome": "rejected",
+                "reason": "heartbeat-timeout",
+                "resolvedAt": crate::timefmt::rfc3339(self.now),
+            });
+            self.emit(types::INTERRUPT_RESOLVED, Some(node_id), payload);
+            self.node_mut(node_id).wake_at = None;
+            self.callback_attempt_failed(&record, heartbeat_timeout(heartbeat_ms));
+            return Verdict::Applied;
         }
         self.state.interrupts[index].state = InterruptState::TimedOut;
         if record.kind == InterruptKind::Approval {

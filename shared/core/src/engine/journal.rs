@@ -75,6 +75,7 @@ impl Header {
             tags: _,
             metadata: _,
             scope_id: _,
+            callback_url: _,
             parent: _,
             interrupts,
             pause,
@@ -203,8 +204,14 @@ impl Journal {
             "a header field fixed at creation changed"
         );
         assert_eq!(
-            (&before.parent, &before.disabled_capabilities, &before.mocks_allowed, &before.version),
-            (&state.parent, &state.disabled_capabilities, &state.mocks_allowed, &state.version),
+            (
+                &before.parent,
+                &before.disabled_capabilities,
+                &before.mocks_allowed,
+                &before.version,
+                &before.callback_url
+            ),
+            (&state.parent, &state.disabled_capabilities, &state.mocks_allowed, &state.version, &state.callback_url),
             "a header field fixed at creation changed"
         );
         for (node_id, node) in &state.nodes {

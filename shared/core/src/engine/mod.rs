@@ -216,6 +216,18 @@ pub enum Effect {
         /// When.
         due_at: Millis,
     },
+    /// Notify the external worker of the pending external-event occurrence `interrupt_id` at
+    /// `node_id` (a POST with its signed token; see [`crate::interrupt::callback`]). Nothing
+    /// when the occurrence is no longer pending.
+    #[serde(rename_all = "camelCase")]
+    NotifyWorker {
+        /// The suspended node.
+        node_id: String,
+        /// The occurrence.
+        interrupt_id: String,
+        /// When.
+        due_at: Millis,
+    },
     /// Tell the parent that this child run ended, suspended or resumed (the parent reads
     /// the child's state when the notice arrives).
     #[serde(rename_all = "camelCase")]
@@ -244,6 +256,7 @@ impl Effect {
             | Self::Deadline { due_at }
             | Self::StartChild { due_at, .. }
             | Self::CancelChild { due_at, .. }
+            | Self::NotifyWorker { due_at, .. }
             | Self::NotifyParent { due_at, .. } => *due_at,
         }
     }
@@ -258,6 +271,7 @@ impl Effect {
             | Self::Deadline { due_at }
             | Self::StartChild { due_at, .. }
             | Self::CancelChild { due_at, .. }
+            | Self::NotifyWorker { due_at, .. }
             | Self::NotifyParent { due_at, .. } => *due_at = at,
         }
         self
@@ -284,12 +298,13 @@ impl Effect {
             Self::StartChild { node_id, activation, .. } => format!("{run_id}/start-child/{node_id}/{activation}"),
             Self::CancelChild { child_run_id, .. } => format!("{run_id}/cancel-child/{child_run_id}"),
             Self::NotifyParent { at_version, .. } => format!("{run_id}/notify-parent/{at_version}"),
+            Self::NotifyWorker { interrupt_id, .. } => format!("{run_id}/notify-worker/{interrupt_id}"),
         }
     }
 
     /// The input this effect feeds back into its own run when its task runs; `None` for the
-    /// effects that act on another run (child creation, cancel and notices) and for
-    /// `Execute`, whose input is the executor's outcome.
+    /// effects that act on another run (child creation, cancel and notices), for `Execute`,
+    /// whose input is the executor's outcome, and for `NotifyWorker`, which only sends.
     pub fn input(&self) -> Option<Input> {
         match self {
             Self::Step { node_id, activation, .. } => {
@@ -302,9 +317,11 @@ impl Effect {
                 Some(Input::RetryDue { node_id: node_id.clone(), activation: *activation, attempt: *attempt })
             }
             Self::Deadline { .. } => Some(Input::Deadline),
-            Self::Execute { .. } | Self::StartChild { .. } | Self::CancelChild { .. } | Self::NotifyParent { .. } => {
-                None
-            }
+            Self::Execute { .. }
+            | Self::StartChild { .. }
+            | Self::CancelChild { .. }
+            | Self::NotifyParent { .. }
+            | Self::NotifyWorker { .. } => None,
         }
     }
 }
@@ -393,6 +410,8 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
 
 #[cfg(test)]
 mod activity_tests;
+#[cfg(test)]
+mod callback_tests;
 #[cfg(test)]
 mod control_tests;
 #[cfg(test)]

@@ -5,12 +5,15 @@
 //!   for from its config (`core.approvalGate`, `core.clarificationGate`, `core.interrupt`);
 //! - [`resolve`] judges a resume value against a pending interrupt: schema, allowed actions,
 //!   correlation, approver list and quorum votes;
-//! - [`token`] signs and verifies interrupt tokens (HMAC-SHA256, expiring).
+//! - [`token`] signs and verifies interrupt tokens (HMAC-SHA256, expiring);
+//! - [`callback`] notifies the external worker of an `external-event` interrupt (the run's
+//!   `callbackUrl` or the node's `settings.notifyUrl`) and reads its heartbeats and failures.
 //!
 //! Every occurrence of a suspension is one [`InterruptRecord`] in the run's state, kept after
 //! it closes, so a late or stale resolution gets a precise answer (already resolved, gone,
 //! cancelled, expired) instead of touching a newer occurrence.
 
+pub mod callback;
 pub mod request;
 pub mod resolve;
 pub mod token;
@@ -236,9 +239,24 @@ pub struct InterruptRecord {
     /// The counted votes (absent until the first vote, and in older states).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tally: Option<VoteTally>,
+    /// The node's attempt this occurrence belongs to (zero-based; an external-event node
+    /// whose worker failed or missed a heartbeat is retried as a new occurrence).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempt: u32,
+    /// `settings.timeouts.heartbeatMs` of an external-event node: the longest silence allowed
+    /// between the worker's heartbeats (counted from the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_ms: Option<u64>,
+    /// When the worker's last accepted heartbeat arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_at: Option<Millis>,
     /// Its state.
     #[serde(flatten)]
     pub state: InterruptState,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 impl InterruptRecord {
@@ -250,6 +268,21 @@ impl InterruptRecord {
     /// When it times out, if it does.
     pub fn deadline(&self) -> Option<Millis> {
         self.timeout_ms.map(|timeout| self.requested_at.saturating_add(timeout))
+    }
+
+    /// When the worker's silence fails the attempt, if the node asks for heartbeats: the last
+    /// heartbeat (else the request) plus `heartbeatMs`.
+    pub fn heartbeat_due(&self) -> Option<Millis> {
+        self.heartbeat_ms.map(|ms| self.heartbeat_at.unwrap_or(self.requested_at).saturating_add(ms))
+    }
+
+    /// The node's next timer while this occurrence is pending: the earlier of its deadline
+    /// and its heartbeat due time.
+    pub fn next_timer(&self) -> Option<Millis> {
+        match (self.deadline(), self.heartbeat_due()) {
+            (Some(deadline), Some(heartbeat)) => Some(deadline.min(heartbeat)),
+            (deadline, heartbeat) => deadline.or(heartbeat),
+        }
     }
 
     /// The `InterruptPayload` exactly as `suspend-request.schema.json` defines it (the
@@ -395,11 +428,17 @@ impl Refusal {
 }
 
 /// How long an interrupt token is valid at most (30 minutes), and never past the
-/// interrupt's own timeout.
+/// interrupt's own timeout. External-event tokens are the exception (see [`token_expiry`]).
 pub const TOKEN_LIFETIME_MS: u64 = 30 * 60 * 1000;
 
-/// The expiry of a token minted at `now` for `record`.
+/// The expiry of a token minted at `now` for `record`. An `external-event` token (a worker's,
+/// see [`callback`]) is valid until the interrupt's own timeout — with none, as long as the
+/// occurrence is pending ([`Millis::MAX`]; the run's state refuses it once it closes); other
+/// kinds' for 30 minutes and never past the timeout.
 pub fn token_expiry(record: &InterruptRecord, now: Millis) -> Millis {
+    if record.kind == InterruptKind::ExternalEvent {
+        return record.deadline().unwrap_or(Millis::MAX);
+    }
     let lifetime = now.saturating_add(TOKEN_LIFETIME_MS);
     record.deadline().map_or(lifetime, |deadline| deadline.min(lifetime))
 }

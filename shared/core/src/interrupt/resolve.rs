@@ -400,6 +400,9 @@ mod tests {
             requested_at: 0,
             votes: Vec::new(),
             tally: None,
+            attempt: 0,
+            heartbeat_ms: None,
+            heartbeat_at: None,
             state: InterruptState::Pending,
         }
     }

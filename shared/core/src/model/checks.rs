@@ -79,6 +79,13 @@ pub fn check(definition: &WorkflowDefinition, max_duration_ms: u64) -> Result<Ve
                 ));
             }
             "core.interrupt" => {
+                if let Err((path, message)) = crate::interrupt::callback::parse_policy(&node.settings) {
+                    return Err(refuse(
+                        format!("/nodes/{index}{path}"),
+                        "settings",
+                        format!("node `{}`: {message}", node.id),
+                    ));
+                }
                 for key in ["resumeSchema", "answerSchema"] {
                     if let Some(schema) = node.config.get(key).filter(|schema| schema.is_object()) {
                         self_contained_schema(schema, format!("{at}/{key}"))?;

@@ -84,6 +84,7 @@ impl Services {
         run.tags = request.tags;
         run.metadata = request.metadata;
         run.scope_id = request.scope_id;
+        run.callback_url = request.callback_url;
         let outcome = engine::apply(&workflow, &mut run, Input::Start, now);
         run.version = 1;
         let record = idempotency.as_ref().map(|key| {
@@ -177,6 +178,7 @@ pub(crate) fn new_run(
         tags: Vec::new(),
         metadata: None,
         scope_id: None,
+        callback_url: None,
         parent: None,
         interrupts: Vec::new(),
         pause: None,
@@ -210,16 +212,10 @@ fn refuse_unsupported(request: &CreateRunBody, principal: &Principal) -> Result<
             details: json!({ "requiredCapability": "eval" }),
         });
     }
-    if request.callback_url.is_some() {
-        // Interrupts are served (resolve by run and node, or by the token the interrupt
-        // carries); pushing a signed-token callback to a caller's URL is not.
-        return Err(ServiceError::CapabilityRequired {
-            message: "callbackUrl is not supported by this host yet: send the request without it and resolve \
-                      interrupts through POST /v1/runs/{runId}/interrupts/{nodeId} or the callbackUrl each \
-                      interrupt carries"
-                .to_owned(),
-            details: json!({ "field": "callbackUrl", "unsupportedField": "callbackUrl" }),
-        });
+    if let Some(url) = &request.callback_url {
+        // The worker of each external-event interrupt is notified there (docs/callbacks.md).
+        crate::interrupt::callback::check_url("callbackUrl", url)
+            .map_err(|message| ServiceError::validation(message, json!({ "field": "callbackUrl" })))?;
     }
     Ok(())
 }

@@ -52,6 +52,9 @@ pub struct Services {
     /// The test seams are enabled (`OPENWOP_TEST_SEAM_ENABLED`): the capability overlay is
     /// read and honoured.
     pub test_seams: bool,
+    /// How external workers are notified of their interrupts (`None`: notify effects are
+    /// dropped with a warning; [`Services::with_callbacks`]).
+    pub callbacks: Option<Arc<crate::interrupt::callback::Callbacks>>,
     /// How many consecutive steps of a run one commit may hold ([`Services::with_step_chaining`]).
     chain_limit: usize,
     /// Child starts and finished children's notices are carried out in the committing call
@@ -121,10 +124,17 @@ impl Services {
             limits,
             nodes,
             test_seams: false,
+            callbacks: None,
             chain_limit: 0,
             inline_children: false,
             compiled,
         }
+    }
+
+    /// The same services notifying external workers through `callbacks`.
+    pub fn with_callbacks(mut self, callbacks: crate::interrupt::callback::Callbacks) -> Self {
+        self.callbacks = Some(Arc::new(callbacks));
+        self
     }
 
     /// The same services running the node kinds of `nodes`.

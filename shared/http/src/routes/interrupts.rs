@@ -4,7 +4,8 @@
 //! (`GET`/`POST /v1/interrupts/{token}`, no bearer: the token is the authorisation).
 //!
 //! Tokens are minted whenever a snapshot shows a pending interrupt (see [`interrupt_view`]):
-//! valid 30 minutes and never past the interrupt's own timeout, bound to one occurrence.
+//! valid 30 minutes and never past the interrupt's own timeout, bound to one occurrence; an
+//! external-event token (a worker's, `docs/callbacks.md`) until the interrupt's own timeout.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -12,7 +13,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
 use trellis_core::interrupt::token::{TokenClaims, TokenError, TokenSigner};
-use trellis_core::interrupt::{token_expiry, InterruptRecord, InterruptState, Refusal, Resolution, Resolver};
+use trellis_core::interrupt::{
+    token_expiry, InterruptKind, InterruptRecord, InterruptState, Refusal, Resolution, Resolver,
+};
 use trellis_core::timefmt::{rfc3339, Millis};
 use trellis_core::{RunState, ServiceError};
 
@@ -56,8 +59,11 @@ pub(crate) fn interrupt_view(signer: &TokenSigner, run: &RunState, now: Millis) 
         "requestedAt": rfc3339(record.requested_at),
         "interruptToken": token,
         "callbackUrl": format!("/v1/interrupts/{token}"),
-        "tokenExpiresAt": rfc3339(expires_at),
     });
+    // An external-event token with no interrupt timeout lasts as long as the interrupt.
+    if expires_at != Millis::MAX {
+        view["tokenExpiresAt"] = json!(rfc3339(expires_at));
+    }
     if let Some(deadline) = record.deadline() {
         view["expiresAt"] = json!(rfc3339(deadline));
     }
@@ -93,6 +99,8 @@ pub(crate) fn resume_value(body: &[u8]) -> Result<Value, ApiError> {
 fn resolved_body(wire: Wire, run: &RunState, record: &InterruptRecord) -> Value {
     let outcome = match &record.state {
         InterruptState::Resolved { outcome, .. } => outcome.clone(),
+        // A worker's heartbeat (docs/callbacks.md) leaves its interrupt pending.
+        InterruptState::Pending if record.kind == InterruptKind::ExternalEvent => "heartbeat-recorded".to_owned(),
         _ => "vote-recorded".to_owned(),
     };
     let mut interrupt = json!({ "kind": record.kind.as_str(), "nodeId": record.node_id, "interruptId": record.id });

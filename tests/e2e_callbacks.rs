@@ -1,0 +1,144 @@
+//! Callbacks for external workers on a live embedded host (`docs/callbacks.md`): the notify
+//! POST reaches a local receiver with a token that completes the node; a notify that fails is
+//! retried and never duplicates the interrupt; heartbeats keep a node alive past its
+//! `heartbeatMs`; a missed heartbeat is retried (a new notify) and then takes the failure
+//! route; `{failure}` fails the node; a token used after the interrupt's timeout is refused
+//! with `410 interrupt_expired`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{serve_args, start, types, Client, KEY};
+use serde_json::{json, Value};
+use trellis_testkit::callback::CallbackReceiver;
+use trellis_testkit::http_server::Reply;
+
+const WITHIN: Duration = Duration::from_secs(10);
+
+/// A workflow `wait` (external-event, `settings`, `timeoutMs`) → `ok`, and `wait` →
+/// `handler` on failure.
+fn workflow(id: &str, settings: Value, timeout_ms: u64) -> Value {
+    json!({"id": id, "name": id, "nodes": [
+        {"id": "wait", "typeId": "core.interrupt", "settings": settings, "config": {"kind": "external-event",
+            "data": {"eventType": "job.done", "correlation": {"job": "j-1"}}, "timeoutMs": timeout_ms}},
+        {"id": "ok", "typeId": "core.noop"},
+        {"id": "handler", "typeId": "core.noop"}
+    ], "edges": [
+        {"id": "e1", "sourceNodeId": "wait", "targetNodeId": "ok"},
+        {"id": "e2", "sourceNodeId": "wait", "targetNodeId": "handler", "triggerRule": "any_failed"}
+    ]})
+}
+
+async fn register(client: &Client, definition: Value) {
+    let (status, body) = client.request("POST", "/v1/workflows", Some(definition)).await;
+    assert!(status == 201 || status == 200, "{status} {body}");
+}
+
+async fn resolve(client: &Client, token: &str, value: Value) -> (u16, Value) {
+    client.request("POST", &format!("/v1/interrupts/{token}"), Some(json!({"resumeValue": value}))).await
+}
+
+#[tokio::test]
+async fn a_notified_worker_heartbeats_past_heartbeat_ms_and_completes_the_node_with_its_token() {
+    let host = start(serve_args(None)).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    // The first notify fails: it is retried, and the interrupt is not duplicated.
+    let receiver = CallbackReceiver::start(vec![Reply::status(503), Reply::status(200)]).await;
+    register(&client, workflow("cb-complete", json!({"timeouts": {"heartbeatMs": 600}}), 60_000)).await;
+    let run_id = client.create(json!({"workflowId": "cb-complete", "callbackUrl": receiver.url()})).await;
+    let tasks = receiver.wait_for(2, WITHIN).await;
+    assert_eq!(tasks[0]["interruptId"], tasks[1]["interruptId"], "the retry names the same occurrence");
+    assert_eq!(receiver.requests()[1].header("idempotency-key"), tasks[0]["interruptId"].as_str());
+    let task = &tasks[1];
+    assert_eq!((task["type"].as_str(), task["nodeId"].as_str()), (Some("trellis.callback.task"), Some("wait")));
+    assert_eq!(task["interrupt"]["data"]["eventType"], "job.done");
+    assert_eq!(task["heartbeatMs"], 600);
+    let token = task["token"].as_str().unwrap();
+
+    // Heartbeats every 200 ms for three times heartbeatMs keep the node alive.
+    for _ in 0..9 {
+        let (status, answer) = resolve(&client, token, json!({"heartbeat": true, "details": {"pct": 10}})).await;
+        assert_eq!((status, answer["outcome"].as_str()), (200, Some("heartbeat-recorded")), "{answer}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(client.snapshot(&run_id).await["status"], "waiting-external");
+    let (status, answer) = resolve(&client, token, json!({"eventPayload": {"job": "j-1", "rows": 3}})).await;
+    assert_eq!(status, 200, "{answer}");
+    let snapshot = client.wait_terminal(&run_id, WITHIN).await;
+    assert_eq!(snapshot["status"], "completed", "{snapshot}");
+    let events = client.events(&run_id).await;
+    assert_eq!(types(&events).iter().filter(|t| *t == "interrupt.requested").count(), 1);
+    assert!(!types(&events).contains(&"node.retried".to_owned()));
+    let debug = client.debug_events(&run_id).await;
+    assert!(debug.iter().filter(|e| e["type"] == "trellis.interrupt.heartbeat").count() >= 9);
+    assert_eq!(receiver.requests().len(), 2, "no notify after the interrupt resolved");
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn a_missed_heartbeat_is_retried_with_a_new_notify_then_takes_the_failure_route() {
+    let host = start(serve_args(None)).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    let receiver = CallbackReceiver::start(Vec::new()).await;
+    let settings = json!({"notifyUrl": receiver.url(), "timeouts": {"heartbeatMs": 300},
+        "retry": {"maxAttempts": 2, "initialIntervalMs": 0}});
+    register(&client, workflow("cb-missed", settings, 60_000)).await;
+    let run_id = client.create(json!({"workflowId": "cb-missed"})).await;
+    let snapshot = client.wait_terminal(&run_id, WITHIN).await;
+    assert_eq!(snapshot["status"], "completed", "the failure route completes the run: {snapshot}");
+    let tasks = receiver.tasks();
+    assert_eq!(tasks.len(), 2, "one notify per attempt: {tasks:?}");
+    assert_eq!((tasks[0]["attempt"].as_u64(), tasks[1]["attempt"].as_u64()), (Some(0), Some(1)));
+    assert_ne!(tasks[0]["token"], tasks[1]["token"]);
+    let events = client.debug_events(&run_id).await;
+    let retried: Vec<&Value> = events.iter().filter(|e| e["type"] == "node.retried").collect();
+    assert_eq!(retried.len(), 1);
+    assert_eq!(retried[0]["payload"]["lastError"]["code"], "heartbeat_timeout");
+    let failed = events.iter().find(|e| e["type"] == "node.failed").expect("node.failed");
+    assert_eq!(failed["payload"]["error"]["code"], "heartbeat_timeout");
+    assert!(events.iter().any(|e| e["type"] == "node.completed" && e["nodeId"] == "handler"));
+    // The first attempt's token is gone with its occurrence.
+    let (status, answer) = resolve(&client, tasks[0]["token"].as_str().unwrap(), json!({"heartbeat": true})).await;
+    assert!(status >= 400, "{answer}");
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn a_workers_failure_fails_the_node_and_a_late_token_is_refused_as_expired() {
+    let host = start(serve_args(None)).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    let receiver = CallbackReceiver::start(Vec::new()).await;
+    let plain = json!({"id": "cb-fail", "name": "cb-fail", "nodes": [
+        {"id": "wait", "typeId": "core.interrupt", "config": {"kind": "external-event",
+            "data": {"eventType": "job.done", "correlation": {}}, "timeoutMs": 60_000}}], "edges": []});
+    register(&client, plain).await;
+    let run_id = client.create(json!({"workflowId": "cb-fail", "callbackUrl": receiver.url()})).await;
+    let task = receiver.wait_for(1, WITHIN).await.remove(0);
+    let failure = json!({"failure": {"code": "job_failed", "message": "the batch job crashed"}});
+    let (status, answer) = resolve(&client, task["token"].as_str().unwrap(), failure).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("failed")), "{answer}");
+    let snapshot = client.wait_terminal(&run_id, WITHIN).await;
+    assert_eq!((snapshot["status"].as_str(), snapshot["error"]["code"].as_str()), (Some("failed"), Some("job_failed")));
+
+    register(&client, workflow("cb-timeout", json!({}), 300)).await;
+    let run_id = client.create(json!({"workflowId": "cb-timeout", "callbackUrl": receiver.url()})).await;
+    let task = receiver.wait_for(2, WITHIN).await.remove(1);
+    assert!(task["tokenExpiresAt"].is_string(), "the token lasts until the interrupt's timeout: {task}");
+    client.wait_terminal(&run_id, WITHIN).await;
+    let (status, answer) =
+        resolve(&client, task["token"].as_str().unwrap(), json!({"eventPayload": {"job": "j-1"}})).await;
+    assert_eq!((status, answer["error"].as_str()), (410, Some("interrupt_expired")), "{answer}");
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn a_callback_url_must_be_absolute_http() {
+    let host = start(serve_args(None)).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    register(&client, workflow("cb-url", json!({}), 60_000)).await;
+    let (status, answer) =
+        client.request("POST", "/v1/runs", Some(json!({"workflowId": "cb-url", "callbackUrl": "/relative"}))).await;
+    assert_eq!((status, answer["details"]["field"].as_str()), (400, Some("callbackUrl")), "{answer}");
+    host.stop().await;
+}
