@@ -36,6 +36,8 @@ surrounding whitespace is trimmed. Example:
   printf %s \"$KEY\" | trellis hash-key";
 
 /// Subcommands.
+// Parsed once at start and matched once: the size of the `Serve` variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the embedded host: HTTP API, engine and durable SQLite store in one process.
@@ -118,4 +120,13 @@ pub struct ServeArgs {
     /// Where `core.http.request` cuts a response body (`bodyTruncated: true`), in bytes.
     #[arg(long, env = "TRELLIS_HTTP_MAX_RESPONSE_BYTES", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(1..=67_108_864))]
     pub http_max_response_bytes: u64,
+    /// A JSON file of secrets that nodes name by `credentialsRef` (`{"secrets": {"<ref>":
+    /// "<value>" | {"value", "tenants"}}}`), read once at start. Must be mode 0600 (or
+    /// stricter): the host refuses to start otherwise. See docs/secrets.md.
+    #[arg(long, env = "TRELLIS_SECRETS_FILE")]
+    pub secrets_file: Option<PathBuf>,
+    /// Resolve `credentialsRef` from `TRELLIS_SECRET_<NAME>` environment variables too (the
+    /// reference upper-cased, `-` and `.` as `_`; read once at start; after the secrets file).
+    #[arg(long, env = "TRELLIS_SECRETS_FROM_ENV")]
+    pub secrets_from_env: bool,
 }

@@ -11,10 +11,12 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{AllowList, HttpClient, HttpRequestActivity, HttpSettings};
+use trellis_activities::secrets::{EnvSecrets, FileSecrets, SecretChain, SecretEchoActivity};
 use trellis_core::interrupt::callback::{CallbackSender, Callbacks};
 use trellis_core::limits::HostLimits;
 use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
+use trellis_core::secrets::SecretResolver;
 use trellis_core::service::{Ports, Services};
 use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_sqlite::SqliteStore;
@@ -55,7 +57,10 @@ pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
     })?;
     let max_response_body_bytes = usize::try_from(args.http_max_response_bytes).unwrap_or(usize::MAX);
     let http = HttpClient::system(HttpSettings { allow, max_response_body_bytes, ..HttpSettings::default() });
-    Ok(NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http))))
+    let secrets = secret_resolver(args)?;
+    Ok(NodeRegistry::new()
+        .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
+        .register(Arc::new(SecretEchoActivity::new(secrets))))
 }
 
 /// The sender of external-event notifies (`docs/callbacks.md`): the same SSRF-guarded client
@@ -66,6 +71,26 @@ pub fn callback_sender(args: &ServeArgs) -> Result<Arc<dyn CallbackSender>, Star
     })?;
     let http = HttpClient::system(HttpSettings { allow, ..HttpSettings::default() });
     Ok(Arc::new(HttpCallbackSender::new(http)))
+}
+
+/// The embedded host's secret resolver: the secrets file (`--secrets-file`), then the
+/// environment (`--secrets-from-env`); `None` when neither is configured (discovery then
+/// advertises no `secrets`, and a node needing one fails with `credential_unavailable`).
+pub fn secret_resolver(args: &ServeArgs) -> Result<Option<Arc<dyn SecretResolver>>, StartError> {
+    let mut resolvers: Vec<Arc<dyn SecretResolver>> = Vec::new();
+    if let Some(path) = &args.secrets_file {
+        // A small file read once at start, before the host serves anything.
+        let file = FileSecrets::load(path)
+            .map_err(|error| StartError::Setting(format!("--secrets-file / TRELLIS_SECRETS_FILE: {error}")))?;
+        info!(path = %path.display(), secrets = file.len(), "secrets file loaded");
+        resolvers.push(Arc::new(file));
+    }
+    if args.secrets_from_env {
+        let env = EnvSecrets::from_process();
+        info!(variables = env.len(), "secrets from TRELLIS_SECRET_* environment variables");
+        resolvers.push(Arc::new(env));
+    }
+    Ok(SecretChain::compose(resolvers))
 }
 
 /// How long a graceful stop waits for open connections.

@@ -42,6 +42,8 @@ pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
         // Tests call local servers only; loopback is the one private destination allowed.
         http_allow_private_nets: "127.0.0.1/32".to_owned(),
         http_max_response_bytes: 1_048_576,
+        secrets_file: None,
+        secrets_from_env: false,
     }
 }
 

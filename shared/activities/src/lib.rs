@@ -5,9 +5,13 @@
 //!
 //! - [`http`]: `core.http.request` ([`http::HttpRequestActivity`]) over the one outbound HTTP
 //!   client ([`http::HttpClient`]: resolve → check every answer → pin → connect, redirects
-//!   off, a capped body) and its address policy ([`http::AllowList`]);
+//!   off, a capped body) and its address policy ([`http::AllowList`]), with `config.auth`
+//!   taking the node's `credentialsRef`;
 //! - [`callback`]: the sender of external-event notifies ([`callback::HttpCallbackSender`])
-//!   over the same client.
+//!   over the same client;
+//! - [`secrets`]: the embedded host's secret resolvers (environment variables, a `0600`
+//!   secrets file) and `conformance.secret.echo` ([`secrets::SecretEchoActivity`]).
 
 pub mod callback;
 pub mod http;
+pub mod secrets;

@@ -144,6 +144,10 @@ pub const FIXTURES: &[(&str, &str)] = &[
         "conformance-multi-agent-handoff-child.json",
         include_str!("../../../conformance/fixtures/conformance-multi-agent-handoff-child.json"),
     ),
+    (
+        "openwop-smoke-byok-roundtrip.json",
+        include_str!("../../../conformance/fixtures/openwop-smoke-byok-roundtrip.json"),
+    ),
 ];
 
 /// The fixture ids the expectation table covers, in table order.

@@ -20,6 +20,8 @@
 //!   the state; each vote stored by voter), signed interrupt tokens;
 //! - [`ports`]: the traits the adapters implement (stores, effect sink and local queue, host
 //!   settings, clock, ids, commit notifier);
+//! - [`secrets`]: the secret-resolver port (`credentialsRef` → cleartext for one call), the
+//!   [`secrets::Secret`] value that never prints, and the credential error codes;
 //! - [`service`]: the use cases (register and find workflows, create, read, list, cancel,
 //!   resolve, pause, process a task, idempotency, test seams) written over the ports, shared
 //!   by every front end and backend;
@@ -45,6 +47,7 @@ pub mod orchestrator;
 pub mod ports;
 pub mod run;
 pub mod schema;
+pub mod secrets;
 pub mod service;
 pub mod timefmt;
 

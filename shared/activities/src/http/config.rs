@@ -6,8 +6,14 @@
 //!   "headers": {"Authorization": "Bearer {{variables.token}}"},
 //!   "body": {"name": "{{inputs.name}}"},                    // string or any JSON value
 //!   "timeoutMs": 5000,                                      // 1..=120000, default 30000
-//!   "expectStatus": [200, 201] }                            // integer or integer array, default 200–299
+//!   "expectStatus": [200, 201],                             // integer or integer array, default 200–299
+//!   "auth": {"scheme": "bearer"} }                          // bearer | basic | header (+ "header": name)
 //! ```
+//!
+//! `auth` says how the secret named by the node's `credentialsRef` enters the request:
+//! `bearer` sends `Authorization: Bearer <secret>`, `basic` sends `Authorization: Basic
+//! base64(<secret>)` (the secret is `user:password`), `header` sends the secret as the value
+//! of `auth.header` (e.g. `X-Api-Key`). The header it sets may not also be in `headers`.
 
 use hyper::header::HeaderName;
 use serde_json::{json, Map, Value};
@@ -29,7 +35,69 @@ pub const HOST_HEADERS: &[&str] = &["idempotency-key", "trellis-attempt"];
 
 const EXPECT_RULE: &str = "config.expectStatus must be an HTTP status (100–599) or a non-empty array of them";
 
-const FIELDS: &[&str] = &["url", "method", "headers", "body", "timeoutMs", "expectStatus"];
+const FIELDS: &[&str] = &["url", "method", "headers", "body", "timeoutMs", "expectStatus", "auth"];
+
+/// The `auth.scheme` values.
+pub const AUTH_SCHEMES: &[&str] = &["bearer", "basic", "header"];
+
+/// How the node's secret enters the request (`config.auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// `Authorization: Bearer <secret>`.
+    Bearer,
+    /// `Authorization: Basic base64(<secret>)`; the secret is `user:password`.
+    Basic,
+    /// `<header>: <secret>`.
+    Header(String),
+}
+
+impl Auth {
+    /// The header it sets, lower-cased.
+    pub fn header_name(&self) -> String {
+        match self {
+            Self::Bearer | Self::Basic => "authorization".to_owned(),
+            Self::Header(name) => name.to_ascii_lowercase(),
+        }
+    }
+
+    /// As the prepared request carries it (no secret in it): `{scheme, header?}`.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Self::Bearer => json!({ "scheme": "bearer" }),
+            Self::Basic => json!({ "scheme": "basic" }),
+            Self::Header(name) => json!({ "scheme": "header", "header": name }),
+        }
+    }
+
+    /// Reads `config.auth` (or the prepared request's copy); an error names the field.
+    pub fn from_value(value: &Value) -> Result<Self, String> {
+        let Value::Object(fields) = value else {
+            return Err("config.auth must be an object {scheme: bearer|basic|header, header?}".to_owned());
+        };
+        if let Some(unknown) = fields.keys().find(|key| !matches!(key.as_str(), "scheme" | "header")) {
+            return Err(format!("config.auth.{unknown} is not an auth field (allowed: scheme, header)"));
+        }
+        let scheme = fields.get("scheme").and_then(Value::as_str);
+        let header = fields.get("header");
+        match (scheme, header) {
+            (Some("bearer"), None) => Ok(Self::Bearer),
+            (Some("basic"), None) => Ok(Self::Basic),
+            (Some("bearer" | "basic"), Some(_)) => {
+                Err("config.auth.header is only for scheme `header` (bearer and basic set Authorization)".to_owned())
+            }
+            (Some("header"), Some(Value::String(name))) => {
+                let parsed = HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("config.auth.header: `{name}` is not a valid header name"))?;
+                if RESERVED_HEADERS.contains(&parsed.as_str()) || HOST_HEADERS.contains(&parsed.as_str()) {
+                    return Err(format!("config.auth.header: `{name}` is set by the host"));
+                }
+                Ok(Self::Header(name.clone()))
+            }
+            (Some("header"), _) => Err("config.auth.header is required for scheme `header` (a header name)".to_owned()),
+            _ => Err(format!("config.auth.scheme must be one of {}", AUTH_SCHEMES.join(", "))),
+        }
+    }
+}
 
 /// Which statuses complete the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +160,8 @@ pub struct HttpConfig {
     pub timeout_ms: u64,
     /// Which statuses complete the node.
     pub expect: ExpectStatus,
+    /// How the node's secret enters the request, if it sends one.
+    pub auth: Option<Auth>,
 }
 
 fn template_problem(field: &str, error: template::TemplateError) -> String {
@@ -173,7 +243,18 @@ pub fn parse(config: &Map<String, Value>) -> Result<HttpConfig, String> {
         other => ExpectStatus::from_value(other)?,
     };
 
-    Ok(HttpConfig { url, method, headers, body, timeout_ms, expect })
+    let auth = match config.get("auth") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(Auth::from_value(value)?),
+    };
+    if let Some(auth) = &auth {
+        let taken = auth.header_name();
+        if let Some((name, _)) = headers.iter().find(|(name, _)| name.eq_ignore_ascii_case(&taken)) {
+            return Err(format!("config.headers.{name} is set by config.auth from the node's credentialsRef"));
+        }
+    }
+
+    Ok(HttpConfig { url, method, headers, body, timeout_ms, expect, auth })
 }
 
 /// Checks a URL without placeholders: absolute, `http` / `https`, a host, no userinfo.

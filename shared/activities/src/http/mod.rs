@@ -18,11 +18,20 @@
 //! followed) fails with `http_unexpected_status` `{actual, expected, response}`, retryable
 //! for 408, 425, 429 and 5xx. Other codes: `http_url_rejected` (never retryable),
 //! `http_timeout` `{timeoutMs}` and `http_network_error` (retryable), `validation_error`.
+//!
+//! With `config.auth` the node's `credentialsRef` is resolved through the host's
+//! [`SecretResolver`] inside each attempt, before anything is sent, and the secret enters
+//! only the outbound header (marked sensitive); the prepared request carries `auth:
+//! {scheme, header?}` and never the value. A host without a resolver fails the node before
+//! any attempt (`credential_unavailable`); a secret that does not resolve fails the attempt
+//! with the resolver's code (`credential_not_found`, or `credential_unavailable`, retryable
+//! when the backend failure is transient) and no call is made.
 
 pub mod client;
 pub mod config;
 pub mod ssrf;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -35,9 +44,10 @@ use trellis_core::activity::{Activity, ActivityCall, ActivityError, ActivityResu
 use trellis_core::interrupt::request::ConfigIssue;
 use trellis_core::nodes::NodeContext;
 use trellis_core::run::RunError;
+use trellis_core::secrets::{self, SecretError, SecretResolver};
 
 pub use client::{HttpClient, HttpError, HttpSettings, InboundResponse, OutboundRequest};
-pub use config::{ExpectStatus, HttpConfig};
+pub use config::{Auth, ExpectStatus, HttpConfig};
 pub use ssrf::{AllowList, AllowListError, BlockReason};
 
 /// The node's `typeId`.
@@ -62,12 +72,20 @@ const IDEMPOTENT_METHODS: &[&str] = &["GET", "HEAD", "PUT", "DELETE", "OPTIONS"]
 #[derive(Debug, Clone)]
 pub struct HttpRequestActivity {
     client: HttpClient,
+    secrets: Option<Arc<dyn SecretResolver>>,
 }
 
 impl HttpRequestActivity {
-    /// An executor sending through `client`.
+    /// An executor sending through `client`, with no secret resolver (a node with
+    /// `config.auth` fails with `credential_unavailable`).
     pub fn new(client: HttpClient) -> Self {
-        Self { client }
+        Self { client, secrets: None }
+    }
+
+    /// The same executor resolving `config.auth` secrets through `resolver`.
+    pub fn with_secrets(mut self, resolver: Option<Arc<dyn SecretResolver>>) -> Self {
+        self.secrets = resolver;
+        self
     }
 
     /// The client.
@@ -98,12 +116,20 @@ impl Activity for HttpRequestActivity {
         config::parse(config).is_ok_and(|parsed| IDEMPOTENT_METHODS.contains(&parsed.method))
     }
 
+    fn needs_credentials(&self, config: &Map<String, Value>) -> bool {
+        config.get("auth").is_some_and(|auth| !auth.is_null())
+    }
+
     fn attempt_timeout_ms(&self, config: &Map<String, Value>) -> u64 {
         config::parse(config).map_or(config::DEFAULT_TIMEOUT_MS, |parsed| parsed.timeout_ms)
     }
 
     fn prepare(&self, context: &NodeContext<'_>) -> Result<Value, RunError> {
         let parsed = config::parse(context.config).map_err(|message| RunError::new("validation_error", message))?;
+        if parsed.auth.is_some() && self.secrets.is_none() {
+            let reference = format!("(credentialsRef of node {})", context.node_id);
+            return Err(SecretError::NotConfigured { reference }.to_run_error());
+        }
         let scope = Scope::new(&context.inputs, context.variables);
 
         // A lone placeholder is the whole URL (a run input, say); values inside a literal URL
@@ -145,11 +171,20 @@ impl Activity for HttpRequestActivity {
             request.insert("body".to_owned(), rendered);
         }
         request.insert("expectStatus".to_owned(), parsed.expect.to_value());
+        if let Some(auth) = &parsed.auth {
+            request.insert("auth".to_owned(), auth.to_value());
+        }
         Ok(Value::Object(request))
     }
 
     async fn execute(&self, call: &ActivityCall, _progress: &dyn ProgressSink) -> ActivityResult {
-        let (outbound, expect) = outbound_request(call)?;
+        let (mut outbound, expect) = outbound_request(call)?;
+        // The secret is resolved for this attempt only, before anything is sent.
+        if let Some(auth) = call.request.get("auth") {
+            let auth = Auth::from_value(auth).map_err(bad_request)?;
+            let header = self.auth_header(call, &auth).await?;
+            outbound.headers.push(header);
+        }
         let clean_url = url::Url::parse(&outbound.url).map(|url| client::redact_url(&url)).unwrap_or_default();
         let method = outbound.method.clone();
         let started = Instant::now();
@@ -182,7 +217,7 @@ impl Activity for HttpRequestActivity {
     }
 
     fn capabilities(&self) -> Vec<(&'static str, Value)> {
-        vec![(
+        let mut blocks = vec![(
             "httpClient",
             json!({
                 "supported": true,
@@ -192,7 +227,50 @@ impl Activity for HttpRequestActivity {
                 "methods": config::METHODS,
                 "safeFetch": { "supported": false },
             }),
-        )]
+        )];
+        if self.secrets.is_some() {
+            blocks.push(("secrets", secrets::capability()));
+        }
+        blocks
+    }
+}
+
+impl HttpRequestActivity {
+    /// The header `auth` adds, from the node's resolved `credentialsRef`, marked sensitive.
+    async fn auth_header(&self, call: &ActivityCall, auth: &Auth) -> Result<(HeaderName, HeaderValue), ActivityError> {
+        let Some(reference) = call.credentials_ref.as_deref() else {
+            return Err(ActivityError::new(
+                "credential_required",
+                format!("node `{}` sets config.auth but has no credentialsRef", call.node_id),
+                false,
+            ));
+        };
+        let secret = secrets::resolve_with(self.secrets.as_deref(), &call.tenant, reference)
+            .await
+            .map_err(|error| error.to_activity_error())?;
+        let not_a_header = || {
+            SecretError::Unavailable {
+                reference: reference.to_owned(),
+                reason: "its value cannot be sent in an HTTP header (control characters or not text)".to_owned(),
+            }
+            .to_activity_error()
+        };
+        let text = secret.expose_str().ok_or_else(not_a_header)?;
+        let (name, value) = match auth {
+            Auth::Bearer => (hyper::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {text}"))),
+            Auth::Basic => {
+                use base64::Engine as _;
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                (hyper::header::AUTHORIZATION, HeaderValue::from_str(&format!("Basic {encoded}")))
+            }
+            Auth::Header(name) => {
+                let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad_request("invalid auth header"))?;
+                (name, HeaderValue::from_str(text))
+            }
+        };
+        let mut value = value.map_err(|_| not_a_header())?;
+        value.set_sensitive(true);
+        Ok((name, value))
     }
 }
 

@@ -73,6 +73,8 @@ impl Harness {
             idempotency_key: idempotency_key("run-1", "n", 0),
             request,
             timeout_ms,
+            tenant: "default".into(),
+            credentials_ref: None,
         };
         self.activity.execute(&call, &NoProgress).await
     }

@@ -321,6 +321,8 @@ pub async fn embedded_host(hold_worker: bool, workflows: &[Value]) -> (trellis::
         max_concurrent_activities: 256,
         http_allow_private_nets: "127.0.0.1/32".to_owned(),
         http_max_response_bytes: 1_048_576,
+        secrets_file: None,
+        secrets_from_env: false,
     };
     let options = trellis::host::HostOptions { api_key: Some(KEY.to_owned()), hold_worker, ..Default::default() };
     let host = trellis::host::EmbeddedHost::start(&args, options).await.expect("embedded host");

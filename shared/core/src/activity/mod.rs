@@ -57,6 +57,11 @@ pub struct ActivityCall {
     /// This attempt's time budget in milliseconds (the smaller of the node's own timeout,
     /// `settings.timeouts.attemptMs` and what is left of `totalMs`).
     pub timeout_ms: u64,
+    /// The run's tenant (a secret resolver may restrict a secret to some tenants).
+    pub tenant: String,
+    /// The node's `credentialsRef`, if it has one: a reference, never a value; the executor
+    /// resolves it through its [`crate::secrets::SecretResolver`] for this attempt only.
+    pub credentials_ref: Option<String>,
 }
 
 impl fmt::Debug for ActivityCall {
@@ -69,6 +74,8 @@ impl fmt::Debug for ActivityCall {
             .field("activation", &self.activation)
             .field("attempt", &self.attempt)
             .field("timeout_ms", &self.timeout_ms)
+            .field("tenant", &self.tenant)
+            .field("credentials_ref", &self.credentials_ref)
             .finish_non_exhaustive()
     }
 }
@@ -161,6 +168,13 @@ pub trait Activity: Send + Sync + fmt::Debug {
     /// Whether a node with this config may be retried without an explicit `settings.retry`
     /// (under `WorkflowSettings.maxRetries`): true for idempotent calls only (e.g. GET).
     fn idempotent(&self, config: &Map<String, Value>) -> bool {
+        let _ = config;
+        false
+    }
+
+    /// Whether a node with this config needs the node's `credentialsRef` (e.g. an HTTP call
+    /// with `config.auth`): registration refuses such a node without one.
+    fn needs_credentials(&self, config: &Map<String, Value>) -> bool {
         let _ = config;
         false
     }

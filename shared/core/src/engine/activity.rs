@@ -62,6 +62,8 @@ pub fn activity_call(
         idempotency_key: idempotency_key(&run.run_id, node_id, activation),
         request: progress.request.clone(),
         timeout_ms,
+        tenant: run.tenant.clone(),
+        credentials_ref: workflow.node(node_id).and_then(|node| node.credentials_ref.clone()),
     })
 }
 

@@ -59,6 +59,11 @@ pub struct NodeDef {
     /// `idempotent` for activity nodes, see [`crate::activity::policy`]).
     #[serde(default)]
     pub settings: Map<String, Value>,
+    /// `credentialsRef`: an opaque reference to the secret the node's calls use, resolved by
+    /// the host's [`crate::secrets::SecretResolver`] inside each attempt (its syntax is
+    /// [`crate::secrets::check_ref`], checked at registration).
+    #[serde(default)]
+    pub credentials_ref: Option<String>,
 }
 
 /// Where a node input comes from.

@@ -153,6 +153,8 @@ impl Workflow {
 
 /// Each activity node's policy, checked: `settings` fields by [`NodePolicy::parse`], and an
 /// attempt budget (the kind's own timeout or `attemptMs`) within `bounds.max_attempt_ms`.
+/// Every node's `credentialsRef` is checked too ([`crate::secrets::check_ref`]), and an
+/// activity that needs one ([`Activity::needs_credentials`]) is refused without it.
 fn compile_activities(
     definition: &WorkflowDefinition,
     registry: &NodeRegistry,
@@ -162,10 +164,27 @@ fn compile_activities(
     let max_retries = u32::try_from(max_retries).unwrap_or(u32::MAX);
     let mut compiled = Vec::with_capacity(definition.nodes.len());
     for (index, node) in definition.nodes.iter().enumerate() {
+        if let Some(reference) = &node.credentials_ref {
+            crate::secrets::check_ref(reference).map_err(|reason| DefinitionError::Invalid {
+                path: format!("/nodes/{index}/credentialsRef"),
+                rule: "credentials_ref",
+                message: format!("node `{}`: credentialsRef {reason}", node.id),
+            })?;
+        }
         let Some(kind) = registry.activity(&node.type_id) else {
             compiled.push(None);
             continue;
         };
+        if node.credentials_ref.is_none() && kind.needs_credentials(&node.config) {
+            return Err(DefinitionError::Invalid {
+                path: format!("/nodes/{index}/credentialsRef"),
+                rule: "credentials_ref",
+                message: format!(
+                    "node `{}` ({}) authenticates its calls (config.auth) and needs a credentialsRef naming the secret",
+                    node.id, node.type_id
+                ),
+            });
+        }
         let policy = NodePolicy::parse(&node.settings).map_err(|issue| DefinitionError::Invalid {
             path: format!("/nodes/{index}{}", issue.path),
             rule: "settings",
