@@ -79,6 +79,7 @@ async fn main() {
         retention_days: 30,
         delta_pages: true,
         test_seams: false,
+        callback_secret: None,
     };
     // Runs are created and approvals resolved by the API function (its commits write outbox
     // entries), steps handled by the dispatcher, as deployed.

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{HttpClient, HttpRequestActivity};
+use trellis_core::interrupt::callback::Callbacks;
 use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
 use trellis_core::service::{Ports, Services};
@@ -52,6 +54,15 @@ pub fn node_registry(settings: &Settings) -> NodeRegistry {
     NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http)))
 }
 
+/// How the dispatcher notifies external workers: tokens signed with the key the API derives
+/// from the same `TRELLIS_CURSOR_SECRET`, POSTs through `core.http.request`'s client and address
+/// policy; `None` without the secret.
+pub fn callbacks(settings: &Settings) -> Option<Callbacks> {
+    let secret = settings.callback_secret.as_deref()?;
+    let sender = HttpCallbackSender::new(HttpClient::system(settings.http.clone()));
+    Some(Callbacks::new(&ApiKey::hash_of(secret)[..], Arc::new(sender)))
+}
+
 impl AwsApp {
     /// Builds the app of a function whose tasks are redelivered (dispatcher, completion)
     /// from settings and an SDK configuration.
@@ -91,15 +102,17 @@ impl AwsApp {
             ids: Arc::new(UuidRunIds),
             notifier: Arc::new(PollingNotifier),
         };
-        let services = Arc::new(
-            Services::new(ports, settings.limits)
-                .with_test_seams(settings.test_seams)
-                .with_nodes(node_registry(&settings))
-                // A child run is created in the call that committed its parent's step, and a
-                // finished child advances its parent in the call that committed its end: no
-                // message and no invocation of their own (the queue stays the fallback).
-                .with_inline_children(true),
-        );
+        let mut services = Services::new(ports, settings.limits)
+            .with_test_seams(settings.test_seams)
+            .with_nodes(node_registry(&settings))
+            // A child run is created in the call that committed its parent's step, and a
+            // finished child advances its parent in the call that committed its end: no
+            // message and no invocation of their own (the queue stays the fallback).
+            .with_inline_children(true);
+        if let Some(callbacks) = callbacks(&settings) {
+            services = services.with_callbacks(callbacks);
+        }
+        let services = Arc::new(services);
         Self { services, store, effects, settings, task_context: TaskContext::default() }
     }
 

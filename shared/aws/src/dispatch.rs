@@ -116,7 +116,7 @@ pub async fn handle_fifo_batch(app: &AwsApp, event: SqsEvent) -> SqsBatchRespons
 /// function's timeout.
 fn run_of(message: &SqsMessage) -> Option<String> {
     let step = StepMessage::decode(message.body.as_deref().unwrap_or("")).ok()?;
-    (!matches!(step.effect, Effect::Execute { .. })).then_some(step.run_id)
+    (!matches!(step.effect, Effect::Execute { .. } | Effect::NotifyWorker { .. })).then_some(step.run_id)
 }
 
 fn message_group(message: &SqsMessage) -> Option<&str> {

@@ -57,6 +57,10 @@ pub struct Settings {
     /// `OPENWOP_TEST_SEAM_ENABLED` (`true`/`1`; default off): serve the conformance test seams
     /// to keys with the `test:seams` scope and honour the capability overlay.
     pub test_seams: bool,
+    /// `TRELLIS_CURSOR_SECRET` outside the API function (optional): the host secret the
+    /// dispatcher signs the tokens of external-event notifies with (the API verifies them with
+    /// the same secret; `docs/callbacks.md`). Without it no worker is notified.
+    pub callback_secret: Option<String>,
     /// `TRELLIS_HTTP_ALLOW_PRIVATE_NETS` (comma list of IPs or CIDRs, empty by default) and
     /// `TRELLIS_HTTP_MAX_RESPONSE_BYTES` (default 1 MiB): `core.http.request`'s client.
     pub http: HttpSettings,
@@ -172,6 +176,7 @@ impl Settings {
             dispatcher_timeout_ms,
             retention_days: number(lookup, "TRELLIS_RETENTION_DAYS", 30)?,
             delta_pages: switch(lookup, "TRELLIS_DELTA_PAGES", true)?,
+            callback_secret: lookup("TRELLIS_CURSOR_SECRET").filter(|secret| !secret.trim().is_empty()),
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
             http: http_settings(lookup)?,
             limits: HostLimits {

@@ -74,6 +74,8 @@ pub async fn stack() -> Stack {
         retention_days: 30,
         delta_pages: true,
         test_seams: true,
+        // The API's cursor secret below: the dispatcher signs callback tokens the API verifies.
+        callback_secret: Some("s".repeat(32)),
     };
     let app = AwsApp::new(settings, &config);
     let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*", "test:seams"]}]);
