@@ -71,6 +71,9 @@ run() {
     wait_http "http://127.0.0.1:$MOTO_PORT/moto-api/" "moto"
     export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$DDBL_PORT"
     export AWS_ENDPOINT_URL_SQS="http://127.0.0.1:$MOTO_PORT"
+    # moto also serves Secrets Manager and SSM Parameter Store (credentialsRef on AWS).
+    export AWS_ENDPOINT_URL_SECRETS_MANAGER="http://127.0.0.1:$MOTO_PORT"
+    export AWS_ENDPOINT_URL_SSM="http://127.0.0.1:$MOTO_PORT"
     export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
     export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
     set +e

@@ -78,6 +78,7 @@ async fn main() {
         limits: HostLimits::default(),
         retention_days: 30,
         delta_pages: true,
+        secrets: Default::default(),
         test_seams: false,
         callback_secret: None,
     };

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{HttpClient, HttpRequestActivity};
+use trellis_activities::secrets::SecretEchoActivity;
 use trellis_core::interrupt::callback::Callbacks;
 use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
+use trellis_core::secrets::SecretResolver;
 use trellis_core::service::{Ports, Services};
 use trellis_http::{ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_dynamodb::DynamoStore;
@@ -48,10 +50,19 @@ pub struct AwsApp {
     pub task_context: TaskContext,
 }
 
-/// The node kinds the AWS functions run: the engine's pure kinds and these activities.
+/// The node kinds the AWS functions run, without a secret resolver (see
+/// [`node_registry_with`]).
 pub fn node_registry(settings: &Settings) -> NodeRegistry {
+    node_registry_with(settings, None)
+}
+
+/// The node kinds the AWS functions run: the engine's pure kinds and these activities, whose
+/// `credentialsRef` resolves through `secrets` (discovery advertises `secrets` only with one).
+pub fn node_registry_with(settings: &Settings, secrets: Option<Arc<dyn SecretResolver>>) -> NodeRegistry {
     let http = HttpClient::system(settings.http.clone());
-    NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http)))
+    NodeRegistry::new()
+        .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
+        .register(Arc::new(SecretEchoActivity::new(secrets)))
 }
 
 /// How the dispatcher notifies external workers: tokens signed with the key the API derives
@@ -104,7 +115,7 @@ impl AwsApp {
         };
         let mut services = Services::new(ports, settings.limits)
             .with_test_seams(settings.test_seams)
-            .with_nodes(node_registry(&settings))
+            .with_nodes(node_registry_with(&settings, crate::secrets::resolver(&settings.secrets, config)))
             // A child run is created in the call that committed its parent's step, and a
             // finished child advances its parent in the call that committed its end: no
             // message and no invocation of their own (the queue stays the fallback).

@@ -13,7 +13,9 @@
 //! - [`batch`]: handling one batch's items concurrently by group (run, FIFO message group);
 //! - [`reconcile`]: the scheduled sweep that sends commit pages' effects a crash left unsent;
 //! - [`app`]: the composition of store, queue and use cases shared by the functions;
-//! - [`provision`]: creating the queues outside CloudFormation (emulators).
+//! - [`provision`]: creating the queues outside CloudFormation (emulators);
+//! - [`secrets`]: `credentialsRef` resolved from Secrets Manager or SSM Parameter Store under
+//!   one prefix.
 //!
 //! The Lambda functions in `functions/` are thin `main.rs` files over these.
 
@@ -25,6 +27,7 @@ pub mod message;
 pub mod notifier;
 pub mod provision;
 pub mod reconcile;
+pub mod secrets;
 pub mod settings;
 
 pub use app::AwsApp;

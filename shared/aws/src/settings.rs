@@ -64,6 +64,9 @@ pub struct Settings {
     /// `TRELLIS_HTTP_ALLOW_PRIVATE_NETS` (comma list of IPs or CIDRs, empty by default) and
     /// `TRELLIS_HTTP_MAX_RESPONSE_BYTES` (default 1 MiB): `core.http.request`'s client.
     pub http: HttpSettings,
+    /// `TRELLIS_SECRETS_BACKEND` (`none` by default, `secretsmanager` or `ssm`) and
+    /// `TRELLIS_SECRETS_PREFIX`: where `credentialsRef` resolves ([`crate::secrets`]).
+    pub secrets: crate::secrets::SecretsSettings,
 }
 
 /// The settings only the API function reads.
@@ -179,6 +182,7 @@ impl Settings {
             callback_secret: lookup("TRELLIS_CURSOR_SECRET").filter(|secret| !secret.trim().is_empty()),
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
             http: http_settings(lookup)?,
+            secrets: crate::secrets::SecretsSettings::from_lookup(lookup)?,
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
                 max_run_duration_ms,

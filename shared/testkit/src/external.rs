@@ -23,6 +23,10 @@ pub enum Service {
     DynamoDb,
     /// Amazon SQS (moto).
     Sqs,
+    /// AWS Secrets Manager (moto).
+    SecretsManager,
+    /// SSM Parameter Store (moto).
+    Ssm,
 }
 
 impl Service {
@@ -30,6 +34,8 @@ impl Service {
         match self {
             Self::DynamoDb => "AWS_ENDPOINT_URL_DYNAMODB",
             Self::Sqs => "AWS_ENDPOINT_URL_SQS",
+            Self::SecretsManager => "AWS_ENDPOINT_URL_SECRETS_MANAGER",
+            Self::Ssm => "AWS_ENDPOINT_URL_SSM",
         }
     }
 }

@@ -50,6 +50,11 @@ pub struct Stack {
 }
 
 pub async fn stack() -> Stack {
+    stack_with_secrets(Default::default()).await
+}
+
+/// [`stack`] with `credentialsRef` resolved as `secrets` says.
+pub async fn stack_with_secrets(secrets: trellis_aws::secrets::SecretsSettings) -> Stack {
     let config = sdk_config().await;
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let table = format!("trellis-e2e-{suffix}");
@@ -73,6 +78,7 @@ pub async fn stack() -> Stack {
         limits: HostLimits::default(),
         retention_days: 30,
         delta_pages: true,
+        secrets,
         test_seams: true,
         // The API's cursor secret below: the dispatcher signs callback tokens the API verifies.
         callback_secret: Some("s".repeat(32)),
