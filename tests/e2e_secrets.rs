@@ -184,6 +184,7 @@ async fn registration_refuses_auth_without_credentials_ref() {
     workflow["nodes"][0].as_object_mut().unwrap().remove("credentialsRef");
     let (status, body) = client.request("POST", "/v1/workflows", Some(workflow)).await;
     assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], "validation_error", "{body}");
     assert_eq!(body["details"]["path"], "/nodes/0/credentialsRef", "{body}");
     host.stop().await;
 }
