@@ -3,7 +3,8 @@
 //! retried and never duplicates the interrupt; heartbeats keep a node alive past its
 //! `heartbeatMs`; a missed heartbeat is retried (a new notify) and then takes the failure
 //! route; `{failure}` fails the node; a token used after the interrupt's timeout is refused
-//! with `410 interrupt_expired`.
+//! with `410 interrupt_expired`; a crash of the real binary after the interrupt's commit
+//! still notifies the worker after the restart.
 
 mod common;
 
@@ -141,4 +142,60 @@ async fn a_callback_url_must_be_absolute_http() {
         client.request("POST", "/v1/runs", Some(json!({"workflowId": "cb-url", "callbackUrl": "/relative"}))).await;
     assert_eq!((status, answer["details"]["field"].as_str()), (400, Some("callbackUrl")), "{answer}");
     host.stop().await;
+}
+
+/// The real binary aborted at `point` (the step that suspends on the interrupt commits, then
+/// the process dies) and restarted on the same data directory: the notify committed with the
+/// interrupt is still sent, once per delivery, and the interrupt is requested once.
+async fn crash_then_notify(point: &str) {
+    use trellis_testkit::host::spawn;
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_trellis"));
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = CallbackReceiver::start(Vec::new()).await;
+    let body = json!({"workflowId": "cb-crash", "callbackUrl": receiver.url()});
+    let create = |base: String| {
+        let body = body.clone();
+        async move {
+            let response = reqwest::Client::new()
+                .post(format!("{base}/v1/runs"))
+                .bearer_auth(KEY)
+                .header("idempotency-key", "crash-run")
+                .json(&body)
+                .send()
+                .await
+                .ok()?;
+            let created: Value = response.json().await.ok()?;
+            created["runId"].as_str().map(str::to_owned)
+        }
+    };
+    let mut crashing = spawn(binary, dir.path(), KEY, Some(point)).await;
+    register(&Client::new(&crashing.base, KEY), workflow("cb-crash", json!({}), 60_000)).await;
+    let _ = create(crashing.base.clone()).await;
+    let exited = tokio::time::timeout(WITHIN, crashing.child.wait()).await.expect("the crash point was reached");
+    exited.expect("the crashed host is reaped");
+    assert!(receiver.tasks().is_empty(), "{point}: the host died with the notify committed, not sent");
+
+    let mut recovered = spawn(binary, dir.path(), KEY, None).await;
+    let run_id = create(recovered.base.clone()).await.expect("the accepted run survived");
+    let task = receiver.wait_for(1, WITHIN).await.remove(0);
+    let client = Client::new(&recovered.base, KEY);
+    let (status, answer) =
+        resolve(&client, task["token"].as_str().unwrap(), json!({"eventPayload": {"job": "j-1"}})).await;
+    assert_eq!(status, 200, "{point}: {answer}");
+    let snapshot = client.wait_terminal(&run_id, WITHIN).await;
+    assert_eq!(snapshot["status"], "completed", "{point}: {snapshot}");
+    let events = client.events(&run_id).await;
+    assert_eq!(types(&events).iter().filter(|t| *t == "interrupt.requested").count(), 1, "{point}");
+    assert!(receiver.tasks().iter().all(|seen| seen["interruptId"] == task["interruptId"]), "{point}");
+    recovered.child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crash_after_the_interrupt_commits_still_notifies_the_worker() {
+    crash_then_notify("after-commit").await;
+}
+
+#[tokio::test]
+async fn a_crash_after_the_effects_before_the_acknowledgement_still_notifies_once_per_delivery() {
+    crash_then_notify("after-effects").await;
 }
