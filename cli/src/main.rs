@@ -4,6 +4,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The process's allocator: a step allocates and frees many small values on several threads
+/// (the request handlers, the worker, the SQLite writer), which mimalloc serves from
+/// thread-local pages at a fraction of glibc malloc's instructions.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     trellis::commands::run(trellis::args::Cli::parse().command).await
