@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -256,6 +257,10 @@ impl AsyncRead for PreParsed {
                 out.put_slice(&this.buf[..n]);
                 this.buf.drain(..n);
                 this.ready -= n;
+                if this.buf.is_empty() {
+                    // Everything handed over: the buffer goes with it (see the read below).
+                    this.buf = Vec::new();
+                }
                 return Poll::Ready(Ok(()));
             }
             if let Framed::Progress = this.frame() {
@@ -267,13 +272,14 @@ impl AsyncRead for PreParsed {
                 State::Done => return Poll::Ready(Ok(())),
                 _ => {}
             }
-            // Read straight into the buffer's tail (no intermediate chunk to copy from).
-            let filled = this.buf.len();
-            this.buf.resize(filled + READ_CHUNK, 0);
-            let mut read = ReadBuf::new(&mut this.buf[filled..]);
+            // Read into an uninitialised chunk on the stack and keep only what arrived: an
+            // idle connection (a keep-alive waiting for its next request, an open SSE stream)
+            // holds no read buffer, and no chunk is zeroed first.
+            let mut chunk = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+            let mut read = ReadBuf::uninit(&mut chunk);
             let polled = Pin::new(&mut this.io).poll_read(cx, &mut read);
             let got = read.filled().len();
-            this.buf.truncate(filled + got);
+            this.buf.extend_from_slice(read.filled());
             match polled {
                 Poll::Ready(Ok(())) if got == 0 => {
                     // The client closed. Unchecked bytes of a partial head are dropped: hyper
