@@ -25,6 +25,7 @@
 //! deleted (later, a bounded batch per claim). [`RowUsage`] counts the rows each operation
 //! touches.
 
+mod batch;
 mod cache;
 mod records;
 mod schema;

@@ -5,11 +5,14 @@
 //! deletes only the node and variable rows the engine reports as touched ([`Changes`]), so a
 //! step writes the same few rows at node 500 as at node 5.
 
+use std::sync::LazyLock;
+
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 use trellis_core::run::{Changes, ChildRun, EdgeStatus, NodeState, RunState};
 use trellis_core::StoreError;
 
+use crate::batch::Batched;
 use crate::store::{corrupt, to_json, unavailable};
 
 /// The letter of an edge resolution.
@@ -143,42 +146,50 @@ impl RunRows {
                 connection.prepare_cached(table).map_err(unavailable)?.execute([&self.run_id]).map_err(unavailable)?;
             }
         }
+        static NODES: LazyLock<Batched> = LazyLock::new(|| {
+            Batched::new("INSERT OR REPLACE INTO run_nodes (run_id, node_id, active, state) VALUES", 4, "")
+        });
+        static VARIABLES: LazyLock<Batched> = LazyLock::new(|| {
+            Batched::new("INSERT OR REPLACE INTO run_variables (run_id, name, value) VALUES", 3, "")
+        });
         let mut written: Written = (0, 0);
-        let mut put = connection
-            .prepare_cached("INSERT OR REPLACE INTO run_nodes (run_id, node_id, active, state) VALUES (?1, ?2, ?3, ?4)")
-            .map_err(unavailable)?;
-        let mut drop = connection
-            .prepare_cached("DELETE FROM run_nodes WHERE run_id = ?1 AND node_id = ?2")
-            .map_err(unavailable)?;
-        for (node_id, node) in &self.nodes {
-            match node {
-                Some((active, document)) => {
-                    put.execute(params![self.run_id, node_id, active, document]).map_err(unavailable)?;
-                    written.1 += document.len();
-                }
-                None => {
-                    drop.execute(params![self.run_id, node_id]).map_err(unavailable)?;
-                }
+        let puts: Vec<(&String, bool, &String)> = self
+            .nodes
+            .iter()
+            .filter_map(|(node_id, node)| node.as_ref().map(|(active, document)| (node_id, *active, document)))
+            .collect();
+        written.0 += NODES.execute(connection, &puts, |statement, first, (node_id, active, document)| {
+            statement.raw_bind_parameter(first, &self.run_id)?;
+            statement.raw_bind_parameter(first + 1, node_id)?;
+            statement.raw_bind_parameter(first + 2, active)?;
+            statement.raw_bind_parameter(first + 3, document)
+        })? as u64;
+        written.1 += puts.iter().map(|(_, _, document)| document.len()).sum::<usize>();
+        if puts.len() < self.nodes.len() {
+            let mut drop = connection
+                .prepare_cached("DELETE FROM run_nodes WHERE run_id = ?1 AND node_id = ?2")
+                .map_err(unavailable)?;
+            for (node_id, _) in self.nodes.iter().filter(|(_, node)| node.is_none()) {
+                drop.execute(params![self.run_id, node_id]).map_err(unavailable)?;
+                written.0 += 1;
             }
-            written.0 += 1;
         }
-        let mut put = connection
-            .prepare_cached("INSERT OR REPLACE INTO run_variables (run_id, name, value) VALUES (?1, ?2, ?3)")
-            .map_err(unavailable)?;
-        let mut drop = connection
-            .prepare_cached("DELETE FROM run_variables WHERE run_id = ?1 AND name = ?2")
-            .map_err(unavailable)?;
-        for (name, value) in &self.variables {
-            match value {
-                Some(document) => {
-                    put.execute(params![self.run_id, name, document]).map_err(unavailable)?;
-                    written.1 += document.len();
-                }
-                None => {
-                    drop.execute(params![self.run_id, name]).map_err(unavailable)?;
-                }
+        let puts: Vec<(&String, &String)> =
+            self.variables.iter().filter_map(|(name, value)| value.as_ref().map(|value| (name, value))).collect();
+        written.0 += VARIABLES.execute(connection, &puts, |statement, first, (name, document)| {
+            statement.raw_bind_parameter(first, &self.run_id)?;
+            statement.raw_bind_parameter(first + 1, name)?;
+            statement.raw_bind_parameter(first + 2, document)
+        })? as u64;
+        written.1 += puts.iter().map(|(_, document)| document.len()).sum::<usize>();
+        if puts.len() < self.variables.len() {
+            let mut drop = connection
+                .prepare_cached("DELETE FROM run_variables WHERE run_id = ?1 AND name = ?2")
+                .map_err(unavailable)?;
+            for (name, _) in self.variables.iter().filter(|(_, value)| value.is_none()) {
+                drop.execute(params![self.run_id, name]).map_err(unavailable)?;
+                written.0 += 1;
             }
-            written.0 += 1;
         }
         Ok(written)
     }

@@ -8,7 +8,7 @@
 //! alone is written without its own fsync, see [`apply_group`]).
 
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use rusqlite::{params, Connection};
@@ -19,6 +19,7 @@ use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
 use trellis_core::ports::IdempotencyRecord;
 use trellis_core::{RunEvent, StoreError};
 
+use crate::batch::Batched;
 use crate::cache::HotRuns;
 use crate::records::{RunRows, Written};
 use crate::store::{find_record, to_json, unavailable};
@@ -303,34 +304,30 @@ fn record_answer(connection: &Connection, record: &IdempotencyRecord, body: &str
 
 /// Appends event rows and records the votes they cast.
 fn insert_events(connection: &Connection, run_id: &str, events: &[EventRow]) -> Result<Written, StoreError> {
-    let mut written: Written = (0, 0);
-    let mut insert = connection
-        .prepare_cached(
-            "INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp, causation)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .map_err(unavailable)?;
-    let mut vote = connection
-        .prepare_cached(
-            "INSERT INTO votes (run_id, interrupt_id, voter, action, decided_by, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+    static EVENTS: LazyLock<Batched> = LazyLock::new(|| {
+        Batched::new("INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp, causation) VALUES", 7, "")
+    });
+    let rows = EVENTS.execute(connection, events, |statement, first, event| {
+        statement.raw_bind_parameter(first, run_id)?;
+        statement.raw_bind_parameter(first + 1, event.sequence)?;
+        statement.raw_bind_parameter(first + 2, &event.event_type)?;
+        statement.raw_bind_parameter(first + 3, &event.node_id)?;
+        statement.raw_bind_parameter(first + 4, &event.payload)?;
+        statement.raw_bind_parameter(first + 5, event.timestamp)?;
+        statement.raw_bind_parameter(first + 6, event.causation)
+    })?;
+    let mut written: Written = (rows as u64, events.iter().map(|event| event.payload.len()).sum());
+    // Votes in event order: a later vote of the same voter in one commit replaces the earlier.
+    let mut votes = events.iter().filter_map(|event| event.vote.as_ref()).peekable();
+    if votes.peek().is_some() {
+        let mut vote = connection
+            .prepare_cached(
+                "INSERT INTO votes (run_id, interrupt_id, voter, action, decided_by, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (run_id, interrupt_id, voter) DO UPDATE SET
                  action = excluded.action, decided_by = excluded.decided_by, at = excluded.at",
-        )
-        .map_err(unavailable)?;
-    for event in events {
-        insert
-            .execute(params![
-                run_id,
-                event.sequence,
-                event.event_type,
-                event.node_id,
-                event.payload,
-                event.timestamp,
-                event.causation
-            ])
+            )
             .map_err(unavailable)?;
-        written = (written.0 + 1, written.1 + event.payload.len());
-        if let Some((interrupt_id, cast)) = &event.vote {
+        for (interrupt_id, cast) in votes {
             vote.execute(params![run_id, interrupt_id, cast.voter, cast.action, cast.decided_by, cast.at])
                 .map_err(unavailable)?;
             written.0 += 1;
