@@ -96,12 +96,17 @@ pub fn secret_resolver(args: &ServeArgs) -> Result<Option<Arc<dyn SecretResolver
 /// How long a graceful stop waits for open connections.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Opaque run ids: `run-` and a random UUID.
+/// Opaque run ids: `run-` and a version 7 UUID (a millisecond timestamp, then 74 random
+/// bits). Their text sorts by creation time, so the rows of the runs in flight — events,
+/// node rows, tasks, all keyed by run id first — sit together at the end of their SQLite
+/// indexes instead of scattered across them: a commit dirties fewer pages and an insert
+/// seldom splits one in the middle. (The serverless host keeps random ids: DynamoDB spreads
+/// its keys by hash either way.)
 struct UuidRunIds;
 
 impl IdGenerator for UuidRunIds {
     fn run_id(&self) -> String {
-        format!("run-{}", uuid::Uuid::new_v4())
+        format!("run-{}", uuid::Uuid::now_v7())
     }
 }
 
