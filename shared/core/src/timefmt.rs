@@ -14,42 +14,73 @@ pub type Millis = u64;
 /// exactly three fraction digits, e.g. `2026-01-01T00:00:00.000Z`. A time past year 9999
 /// renders as the epoch (no duration the host accepts gets there).
 pub fn rfc3339(ms: Millis) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    let at = OffsetDateTime::from_unix_timestamp_nanos(nanos).unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    let year = at.year();
-    if !(0..=9999).contains(&year) {
-        return format!(
-            "{year:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-            u8::from(at.month()),
-            at.day(),
-            at.hour(),
-            at.minute(),
-            at.second(),
-            at.millisecond()
-        );
+    Rendered::of(ms).map_or_else(|| EPOCH.to_owned(), |text| text.as_str().to_owned())
+}
+
+/// What a time past year 9999 renders as.
+const EPOCH: &str = "1970-01-01T00:00:00.000Z";
+
+/// A timestamp rendered as `YYYY-MM-DDTHH:MM:SS.sssZ` (years 0–9999) on the stack: what an
+/// event page writes for every event, without an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rendered([u8; 24]);
+
+thread_local! {
+    /// The second rendered last on this thread and its text: the events of a page mostly
+    /// share their second, so the calendar arithmetic runs about once per page.
+    static LAST_SECOND: std::cell::Cell<Option<(u64, Rendered)>> = const { std::cell::Cell::new(None) };
+}
+
+impl Rendered {
+    /// `ms` rendered; `None` past year 9999 (see [`rfc3339`]).
+    pub fn of(ms: Millis) -> Option<Self> {
+        let second = ms / 1000;
+        let mut text = match LAST_SECOND.get() {
+            Some((last, text)) if last == second => text,
+            _ => {
+                let text = Self::second_of(second)?;
+                LAST_SECOND.set(Some((second, text)));
+                text
+            }
+        };
+        put(&mut text.0, 20, 3, (ms % 1000) as u32);
+        Some(text)
     }
-    // Every event and snapshot carries timestamps: written digit by digit, without the
-    // formatting machinery.
-    let mut text = *b"0000-00-00T00:00:00.000Z";
-    let mut put = |at: usize, width: usize, mut value: u32| {
-        for position in (at..at + width).rev() {
-            text[position] = b'0' + (value % 10) as u8;
-            value /= 10;
+
+    /// The text of the whole `second` (fraction `000`).
+    fn second_of(second: u64) -> Option<Self> {
+        let at = OffsetDateTime::from_unix_timestamp(i64::try_from(second).ok()?).ok()?;
+        let year = at.year();
+        if !(0..=9999).contains(&year) {
+            return None;
         }
-    };
-    put(0, 4, year as u32);
-    put(5, 2, u32::from(u8::from(at.month())));
-    put(8, 2, u32::from(at.day()));
-    put(11, 2, u32::from(at.hour()));
-    put(14, 2, u32::from(at.minute()));
-    put(17, 2, u32::from(at.second()));
-    put(20, 3, u32::from(at.millisecond()));
-    text.iter().map(|byte| char::from(*byte)).collect()
+        let mut text = *b"0000-00-00T00:00:00.000Z";
+        put(&mut text, 0, 4, year as u32);
+        put(&mut text, 5, 2, u32::from(u8::from(at.month())));
+        put(&mut text, 8, 2, u32::from(at.day()));
+        put(&mut text, 11, 2, u32::from(at.hour()));
+        put(&mut text, 14, 2, u32::from(at.minute()));
+        put(&mut text, 17, 2, u32::from(at.second()));
+        Some(Self(text))
+    }
+
+    /// The text (always ASCII).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or(EPOCH)
+    }
+}
+
+/// Writes `value`'s last `width` decimal digits into `text[at..at + width]`.
+fn put(text: &mut [u8; 24], at: usize, width: usize, mut value: u32) {
+    for position in (at..at + width).rev() {
+        text[position] = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::rfc3339;
+    use super::{rfc3339, Rendered};
 
     #[test]
     fn formats_milliseconds_in_utc() {
@@ -68,5 +99,27 @@ mod tests {
         sorted.sort();
         assert_eq!(sorted, rendered, "text order is time order");
         assert!(rendered.iter().all(|text| text.len() == "2026-01-01T00:00:00.000Z".len()), "{rendered:?}");
+    }
+
+    #[test]
+    fn the_cached_second_never_leaks_into_another_time() {
+        // Alternating seconds, days and years on one thread: each text is its own time's.
+        let times = [1_767_225_600_999u64, 1_767_225_601_000, 1_767_225_600_001, 951_782_400_000, 1_767_225_600_500];
+        let texts = ["2026-01-01T00:00:00.999Z", "2026-01-01T00:00:01.000Z", "2026-01-01T00:00:00.001Z",
+            "2000-02-29T00:00:00.000Z", "2026-01-01T00:00:00.500Z"];
+        for _ in 0..2 {
+            for (ms, text) in times.iter().zip(texts) {
+                assert_eq!(rfc3339(*ms), text);
+                assert_eq!(Rendered::of(*ms).unwrap().as_str(), text);
+            }
+        }
+    }
+
+    #[test]
+    fn a_time_past_year_9999_renders_as_the_epoch() {
+        let ms = 253_402_300_800_000u64; // 10000-01-01T00:00:00Z
+        assert!(Rendered::of(ms).is_none());
+        assert_eq!(rfc3339(ms), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(ms - 1), "9999-12-31T23:59:59.999Z");
     }
 }

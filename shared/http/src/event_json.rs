@@ -11,10 +11,10 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 use trellis_core::engine::ENGINE_VERSION;
 use trellis_core::ports::StoredEvent;
-use trellis_core::timefmt::rfc3339;
+use trellis_core::timefmt::{rfc3339, Rendered};
 use trellis_core::{RunState, ServiceError};
 
 use crate::error::ApiError;
@@ -39,25 +39,69 @@ pub(crate) async fn run_events(
     Ok((run, events))
 }
 
-/// `{run_id}:{sequence}`, the form of `eventId` and `causationId`, written without an
-/// intermediate string.
-struct EventRef<'a>(&'a str, u64);
-
-impl Serialize for EventRef<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&format_args!("{}:{}", self.0, self.1))
-    }
-}
-
-/// Appends `"key":value` (`value` written by `serde_json`), preceded by a comma unless first.
-fn entry(out: &mut Vec<u8>, first: bool, key: &str, value: &impl Serialize) -> serde_json::Result<()> {
+/// Appends `"key":` preceded by a comma unless first (keys are fixed ASCII names).
+fn key(out: &mut Vec<u8>, first: bool, key: &str) {
     if !first {
         out.push(b',');
     }
     out.push(b'"');
     out.extend_from_slice(key.as_bytes());
     out.extend_from_slice(b"\":");
+}
+
+/// Appends `"key":value` (`value` written by `serde_json`), preceded by a comma unless first.
+fn entry(out: &mut Vec<u8>, first: bool, name: &str, value: &impl Serialize) -> serde_json::Result<()> {
+    key(out, first, name);
     serde_json::to_writer(&mut *out, value)
+}
+
+/// Whether `text` is written inside quotes as is: `serde_json` escapes only control
+/// characters, `"` and `\\` (non-ASCII text and DEL are written raw), so for text without
+/// them the copy is byte for byte what it writes.
+fn needs_no_escape(text: &str) -> bool {
+    text.bytes().all(|byte| byte >= 0x20 && byte != b'"' && byte != b'\\')
+}
+
+/// Appends `text` as a JSON string (copied when nothing in it needs an escape — the ids,
+/// types and timestamps of nearly every event — else written by `serde_json`).
+fn string(out: &mut Vec<u8>, text: &str) -> serde_json::Result<()> {
+    if needs_no_escape(text) {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+        Ok(())
+    } else {
+        serde_json::to_writer(&mut *out, text)
+    }
+}
+
+/// Appends `value` in decimal.
+fn decimal(out: &mut Vec<u8>, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Appends `"{run_id}:{sequence}"`, the form of `eventId` and `causationId`.
+fn event_ref(out: &mut Vec<u8>, run_id: &str, sequence: u64) -> serde_json::Result<()> {
+    if needs_no_escape(run_id) {
+        out.push(b'"');
+        out.extend_from_slice(run_id.as_bytes());
+        out.push(b':');
+        decimal(out, sequence);
+        out.push(b'"');
+        Ok(())
+    } else {
+        string(out, &format!("{run_id}:{sequence}"))
+    }
 }
 
 /// Appends the `RunEventDoc` of `event` on `wire`. `run_id` is the id as that wire shows it
@@ -66,24 +110,33 @@ fn entry(out: &mut Vec<u8>, first: bool, key: &str, value: &impl Serialize) -> s
 pub(crate) fn write_doc(out: &mut Vec<u8>, wire: Wire, run_id: &str, event: &StoredEvent) -> serde_json::Result<()> {
     out.push(b'{');
     if let Some(cause) = event.causation {
-        entry(out, true, "causationId", &EventRef(run_id, cause))?;
+        key(out, true, "causationId");
+        event_ref(out, run_id, cause)?;
     }
     let first = event.causation.is_none();
     match wire {
         Wire::V1 => entry(out, first, "engineVersion", &ENGINE_VERSION)?,
         Wire::V2 => entry(out, first, "engineVersion", &ENGINE_VERSION_NUMBER)?,
     }
-    entry(out, false, "eventId", &EventRef(run_id, event.sequence))?;
+    key(out, false, "eventId");
+    event_ref(out, run_id, event.sequence)?;
     if let Some(node_id) = &event.node_id {
-        entry(out, false, "nodeId", node_id)?;
+        key(out, false, "nodeId");
+        string(out, node_id)?;
     }
     out.extend_from_slice(b",\"payload\":");
     out.extend_from_slice(event.payload_json.as_bytes());
-    entry(out, false, "runId", &run_id)?;
-    entry(out, false, "schemaVersion", &1u64)?;
-    entry(out, false, "sequence", &event.sequence)?;
-    entry(out, false, "timestamp", &rfc3339(event.timestamp))?;
-    entry(out, false, "type", &event.event_type)?;
+    key(out, false, "runId");
+    string(out, run_id)?;
+    out.extend_from_slice(b",\"schemaVersion\":1,\"sequence\":");
+    decimal(out, event.sequence);
+    key(out, false, "timestamp");
+    match Rendered::of(event.timestamp) {
+        Some(text) => string(out, text.as_str())?,
+        None => string(out, &rfc3339(event.timestamp))?,
+    }
+    key(out, false, "type");
+    string(out, &event.event_type)?;
     out.push(b'}');
     Ok(())
 }
@@ -260,12 +313,16 @@ mod tests {
 
     #[test]
     fn documents_are_the_bytes_the_value_form_gave() {
-        for wire in [Wire::V1, Wire::V2] {
-            for event in &events() {
-                let id = wire_run_id(wire, "acme", "r-1");
-                let fast = String::from_utf8(event_doc(wire, &id, &StoredEvent::of(event.clone()))).unwrap();
-                let old = reference(wire, "acme", "r-1", event).to_string();
-                assert_eq!(fast, old, "{wire:?} {}", event.event_type);
+        // Run ids copied as is and ones that need escapes (a quote, a control character; DEL
+        // and non-ASCII text are written raw by serde_json too).
+        for run_id in ["r-1", "r\"x\u{1}", "r\u{7f}\u{e9}\\"] {
+            for wire in [Wire::V1, Wire::V2] {
+                for event in &events() {
+                    let id = wire_run_id(wire, "acme", run_id);
+                    let fast = String::from_utf8(event_doc(wire, &id, &StoredEvent::of(event.clone()))).unwrap();
+                    let old = reference(wire, "acme", run_id, event).to_string();
+                    assert_eq!(fast, old, "{wire:?} {run_id:?} {}", event.event_type);
+                }
             }
         }
     }
