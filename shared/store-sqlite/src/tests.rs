@@ -152,3 +152,32 @@ async fn a_layout_2_database_keeps_the_votes_in_its_states() {
     let version: i64 = reopened.unwrap().query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
     assert_eq!(version, crate::schema::SCHEMA_VERSION);
 }
+
+#[tokio::test]
+async fn claims_and_acknowledgements_skip_their_fsync_but_leave_every_later_commit_fully_synchronous() {
+    use trellis_core::engine::Effect;
+    use trellis_core::ports::{LocalQueue, RunStore};
+    use trellis_core::testing::{chain_workflow, pending_run};
+
+    let synchronous =
+        |store: &SqliteStore| -> i64 { store.lock().query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap() };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trellis.db");
+    let step = Effect::Step { node_id: "a".into(), activation: 1, due_at: 0 };
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.create_run(&pending_run(&chain_workflow(), "run-1", "t"), &[], &[step.clone()], None).await.unwrap();
+        let tasks = store.claim_due(10, 30_000, 10).await.unwrap();
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].deliveries, 1);
+        assert_eq!(synchronous(&store), 2, "FULL again after the claim");
+        // Dropped with the task leased: what a killed process leaves behind.
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let tasks = store.claim_due(20, 30_000, 10).await.unwrap();
+    assert_eq!(tasks.len(), 1, "the lease is released at open");
+    assert_eq!(tasks[0].deliveries, 2, "the first delivery was counted (a crash loop still runs out of deliveries)");
+    store.ack(&tasks[0].id).await.unwrap();
+    assert_eq!(synchronous(&store), 2, "FULL again after the acknowledgement");
+    assert!(store.claim_due(30, 30_000, 10).await.unwrap().is_empty());
+}

@@ -166,17 +166,37 @@ fn apply_group<'a>(
     // task, which finds its work committed and is acknowledged again. The next durable
     // commit makes them durable too (the WAL is synced as a whole).
     let lazy = writes.iter().all(|write| matches!(write, Write::Ack(_)));
-    if lazy && connection.execute_batch("PRAGMA synchronous = NORMAL").is_err() {
-        return writes.iter().map(|_| Err(StoreError::Unavailable("cannot relax the sync mode".into()))).collect();
+    if !lazy {
+        return apply_transaction(connection, counters, hot, &writes);
     }
-    let answers = apply_transaction(connection, counters, hot, &writes);
-    if lazy {
-        if let Err(error) = connection.execute_batch("PRAGMA synchronous = FULL") {
-            // Nothing may be committed less durably than promised: stop writing.
-            panic!("cannot restore synchronous=FULL after an acknowledgement group: {error}");
-        }
+    match without_fsync(connection, |connection| Ok(apply_transaction(connection, counters, hot, &writes))) {
+        Ok(answers) => answers,
+        Err(error) => writes.iter().map(|_| Err(unavailable_ref_store(&error))).collect(),
     }
-    answers
+}
+
+/// Runs `write` with `synchronous = NORMAL`: what it commits reaches the WAL (and so
+/// survives the process being killed) but waits for the next durable commit's fsync (the WAL
+/// is synced as a whole) to survive a power loss. Only for soft state whose loss in a power
+/// failure costs a redelivery, never an event: acknowledgements and task claims.
+pub(crate) fn without_fsync<T>(
+    connection: &Connection,
+    write: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    if control(connection, "PRAGMA synchronous = NORMAL").is_err() {
+        return Err(StoreError::Unavailable("cannot relax the sync mode".into()));
+    }
+    let result = write(connection);
+    if let Err(error) = control(connection, "PRAGMA synchronous = FULL") {
+        // Nothing may be committed less durably than promised: stop writing.
+        panic!("cannot restore synchronous=FULL after a write without fsync: {error}");
+    }
+    result
+}
+
+/// The same error again (a group's answers each carry one).
+fn unavailable_ref_store(error: &StoreError) -> StoreError {
+    StoreError::Unavailable(error.to_string())
 }
 
 fn apply_transaction(
@@ -185,7 +205,7 @@ fn apply_transaction(
     hot: &HotRuns,
     writes: &[&Write],
 ) -> Vec<Result<Answer, StoreError>> {
-    if let Err(error) = connection.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(error) = control(connection, "BEGIN IMMEDIATE") {
         return writes.iter().map(|_| Err(unavailable_ref(&error))).collect();
     }
     let mut answers = Vec::with_capacity(writes.len());
@@ -209,13 +229,13 @@ fn apply_transaction(
             .map(|_| Err(StoreError::Unavailable("the group's transaction was rolled back".into())))
             .collect();
     }
-    match connection.execute_batch("COMMIT") {
+    match control(connection, "COMMIT") {
         Ok(()) => {
             counters.wrote(written.0, written.1);
             answers
         }
         Err(error) => {
-            let _ = connection.execute_batch("ROLLBACK");
+            let _ = control(connection, "ROLLBACK");
             answers.iter().map(|_| Err(unavailable_ref(&error))).collect()
         }
     }
@@ -230,12 +250,19 @@ fn savepoint(
     connection: &Connection,
     body: impl FnOnce(&Connection) -> Result<Answer, StoreError>,
 ) -> Result<Answer, StoreError> {
-    connection.execute_batch("SAVEPOINT write").map_err(unavailable)?;
+    control(connection, "SAVEPOINT write").map_err(unavailable)?;
     let answer = body(connection);
-    let keep = matches!(answer, Ok(Answer::Done));
-    let end = if keep { "RELEASE write" } else { "ROLLBACK TO write; RELEASE write" };
-    connection.execute_batch(end).map_err(unavailable)?;
+    if !matches!(answer, Ok(Answer::Done)) {
+        control(connection, "ROLLBACK TO write").map_err(unavailable)?;
+    }
+    control(connection, "RELEASE write").map_err(unavailable)?;
     answer
+}
+
+/// Runs one transaction-control or pragma statement through the statement cache (every group
+/// runs several; `execute_batch` would parse and plan each anew).
+fn control(connection: &Connection, sql: &str) -> rusqlite::Result<()> {
+    connection.prepare_cached(sql)?.execute([]).map(drop)
 }
 
 fn apply(connection: &Connection, write: &Write, written: &mut Written) -> Result<Answer, StoreError> {
@@ -305,7 +332,11 @@ fn record_answer(connection: &Connection, record: &IdempotencyRecord, body: &str
 /// Appends event rows and records the votes they cast.
 fn insert_events(connection: &Connection, run_id: &str, events: &[EventRow]) -> Result<Written, StoreError> {
     static EVENTS: LazyLock<Batched> = LazyLock::new(|| {
-        Batched::new("INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp, causation) VALUES", 7, "")
+        Batched::new(
+            "INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp, causation) VALUES",
+            7,
+            "",
+        )
     });
     let rows = EVENTS.execute(connection, events, |statement, first, event| {
         statement.raw_bind_parameter(first, run_id)?;
