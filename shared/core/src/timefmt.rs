@@ -105,8 +105,13 @@ mod tests {
     fn the_cached_second_never_leaks_into_another_time() {
         // Alternating seconds, days and years on one thread: each text is its own time's.
         let times = [1_767_225_600_999u64, 1_767_225_601_000, 1_767_225_600_001, 951_782_400_000, 1_767_225_600_500];
-        let texts = ["2026-01-01T00:00:00.999Z", "2026-01-01T00:00:01.000Z", "2026-01-01T00:00:00.001Z",
-            "2000-02-29T00:00:00.000Z", "2026-01-01T00:00:00.500Z"];
+        let texts = [
+            "2026-01-01T00:00:00.999Z",
+            "2026-01-01T00:00:01.000Z",
+            "2026-01-01T00:00:00.001Z",
+            "2000-02-29T00:00:00.000Z",
+            "2026-01-01T00:00:00.500Z",
+        ];
         for _ in 0..2 {
             for (ms, text) in times.iter().zip(texts) {
                 assert_eq!(rfc3339(*ms), text);

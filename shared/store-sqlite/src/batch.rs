@@ -83,7 +83,10 @@ mod tests {
     fn texts_number_every_placeholder_once_per_row_and_column() {
         let batched = Batched::new("INSERT INTO t (a, b) VALUES", 2, " ON CONFLICT DO NOTHING");
         assert_eq!(batched.texts[2], "INSERT INTO t (a, b) VALUES (?1, ?2) ON CONFLICT DO NOTHING");
-        assert_eq!(batched.texts[1], "INSERT INTO t (a, b) VALUES (?1, ?2), (?3, ?4), (?5, ?6), (?7, ?8) ON CONFLICT DO NOTHING");
+        assert_eq!(
+            batched.texts[1],
+            "INSERT INTO t (a, b) VALUES (?1, ?2), (?3, ?4), (?5, ?6), (?7, ?8) ON CONFLICT DO NOTHING"
+        );
         assert!(batched.texts[0].contains("(?31, ?32) ON CONFLICT"));
     }
 
@@ -112,7 +115,10 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(stored.len() as i64, next);
-        assert!(stored.iter().enumerate().all(|(i, (position, label))| *position == i as i64 && *label == format!("row {i}")));
+        assert!(stored
+            .iter()
+            .enumerate()
+            .all(|(i, (position, label))| *position == i as i64 && *label == format!("row {i}")));
     }
 
     #[test]
@@ -121,9 +127,8 @@ mod tests {
         connection.execute_batch("CREATE TABLE t (position INTEGER PRIMARY KEY)").unwrap();
         let batched = Batched::new("INSERT INTO t (position) VALUES", 1, "");
         let rows = [1i64, 2, 2];
-        let result = batched.execute(&connection, &rows, |statement, first, position| {
-            statement.raw_bind_parameter(first, position)
-        });
+        let result = batched
+            .execute(&connection, &rows, |statement, first, position| statement.raw_bind_parameter(first, position));
         assert!(result.is_err());
     }
 }

@@ -149,9 +149,8 @@ impl RunRows {
         static NODES: LazyLock<Batched> = LazyLock::new(|| {
             Batched::new("INSERT OR REPLACE INTO run_nodes (run_id, node_id, active, state) VALUES", 4, "")
         });
-        static VARIABLES: LazyLock<Batched> = LazyLock::new(|| {
-            Batched::new("INSERT OR REPLACE INTO run_variables (run_id, name, value) VALUES", 3, "")
-        });
+        static VARIABLES: LazyLock<Batched> =
+            LazyLock::new(|| Batched::new("INSERT OR REPLACE INTO run_variables (run_id, name, value) VALUES", 3, ""));
         let mut written: Written = (0, 0);
         let puts: Vec<(&String, bool, &String)> = self
             .nodes
