@@ -166,7 +166,7 @@ async fn claims_and_acknowledgements_skip_their_fsync_but_leave_every_later_comm
     let step = Effect::Step { node_id: "a".into(), activation: 1, due_at: 0 };
     {
         let store = SqliteStore::open(&path).unwrap();
-        store.create_run(&pending_run(&chain_workflow(), "run-1", "t"), &[], &[step.clone()], None).await.unwrap();
+        store.create_run(&pending_run(&chain_workflow(), "run-1", "t"), &[], &[step], None).await.unwrap();
         let tasks = store.claim_due(10, 30_000, 10).await.unwrap();
         assert_eq!(tasks.len(), 1);
         assert_eq!(tasks[0].deliveries, 1);

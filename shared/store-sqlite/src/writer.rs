@@ -179,19 +179,30 @@ fn apply_group<'a>(
 /// survives the process being killed) but waits for the next durable commit's fsync (the WAL
 /// is synced as a whole) to survive a power loss. Only for soft state whose loss in a power
 /// failure costs a redelivery, never an event: acknowledgements and task claims.
+///
+/// `synchronous = FULL` is restored however `write` ends (a guard, also on a panic); if it
+/// cannot be, the process aborts — nothing may be committed less durably than promised, and
+/// a panic would only end the calling task while the writer thread went on.
 pub(crate) fn without_fsync<T>(
     connection: &Connection,
     write: impl FnOnce(&Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
-    if control(connection, "PRAGMA synchronous = NORMAL").is_err() {
+    /// Restores `synchronous = FULL` when dropped.
+    struct Restore<'a>(&'a Connection);
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            // A pragma's setting takes effect when it is prepared, so it is not cached.
+            if let Err(error) = self.0.execute_batch("PRAGMA synchronous = FULL") {
+                eprintln!("trellis: cannot restore synchronous=FULL after a write without fsync ({error}); aborting");
+                std::process::abort();
+            }
+        }
+    }
+    if connection.execute_batch("PRAGMA synchronous = NORMAL").is_err() {
         return Err(StoreError::Unavailable("cannot relax the sync mode".into()));
     }
-    let result = write(connection);
-    if let Err(error) = control(connection, "PRAGMA synchronous = FULL") {
-        // Nothing may be committed less durably than promised: stop writing.
-        panic!("cannot restore synchronous=FULL after a write without fsync: {error}");
-    }
-    result
+    let _restore = Restore(connection);
+    write(connection)
 }
 
 /// The same error again (a group's answers each carry one).
@@ -259,8 +270,8 @@ fn savepoint(
     answer
 }
 
-/// Runs one transaction-control or pragma statement through the statement cache (every group
-/// runs several; `execute_batch` would parse and plan each anew).
+/// Runs one transaction-control statement through the statement cache (every group runs
+/// several; `execute_batch` would parse and plan each anew).
 fn control(connection: &Connection, sql: &str) -> rusqlite::Result<()> {
     connection.prepare_cached(sql)?.execute([]).map(drop)
 }
@@ -456,5 +467,26 @@ mod tests {
             assert!(matches!(created.unwrap(), Ok(trellis_core::ports::CreateResult::Created)));
         }
         assert!(store.table_counts().unwrap().contains(&("runs", 64)));
+    }
+
+    #[test]
+    fn a_write_without_fsync_runs_at_normal_and_full_is_restored_however_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let connection = Connection::open(dir.path().join("sync.db")).unwrap();
+        connection.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;").unwrap();
+        let level = |connection: &Connection| -> i64 {
+            connection.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap()
+        };
+        let inside = without_fsync(&connection, |connection| Ok(level(connection))).unwrap();
+        assert_eq!((inside, level(&connection)), (1, 2), "NORMAL inside, FULL after");
+        let failed: Result<(), StoreError> =
+            without_fsync(&connection, |_| Err(StoreError::Unavailable("the write failed".into())));
+        assert!(failed.is_err());
+        assert_eq!(level(&connection), 2, "FULL after a failed write");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _: Result<(), StoreError> = without_fsync(&connection, |_| panic!("the write panicked"));
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(level(&connection), 2, "FULL after a panicking write");
     }
 }
