@@ -4,7 +4,9 @@
 //! are searched for the cleartext and the canary marker: neither is there. Also: a host
 //! without secrets advertises none and fails such nodes with `credential_unavailable`; a
 //! missing secret fails the node with `credential_not_found` before any call; a secrets file
-//! others can read stops the host from starting.
+//! others can read stops the host from starting; a tenant's run cannot resolve a secret the
+//! file keeps for another tenant (nothing is sent); `conformance.secret.echo` (hash and
+//! length of any reachable secret) exists only on a host with the test seams on.
 
 mod common;
 
@@ -13,7 +15,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::{serve_args, start, Client, KEY};
+use common::{serve_args, start, start_with, write_keys_file, Client, KEY};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use trellis::host::{EmbeddedHost, HostOptions};
@@ -22,6 +24,7 @@ use trellis_testkit::http_server::{Reply, TestServer};
 /// Marks the cleartext so a partial leak is found too.
 const CANARY: &str = "CANARY-openwop-CONFORMANCE-NEVER-SECRET";
 const FIXTURE: &str = "openwop-smoke-byok-roundtrip";
+const ECHO: &str = "conformance.secret.echo";
 const WITHIN: Duration = Duration::from_secs(10);
 
 fn cleartext() -> String {
@@ -101,12 +104,14 @@ async fn resolved_secrets_never_reach_events_snapshots_bundles_or_logs() {
     let dir = tempfile::tempdir().unwrap();
     let mut args = serve_args(None);
     args.secrets_file = Some(secrets_file(dir.path(), 0o600));
+    // A conformance host: the echo kind is registered only with the test seams.
+    args.test_seams = true;
     let host = start(args).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
     let discovery: Value =
         reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
     assert_eq!(discovery["secrets"], json!({"supported": true, "scopes": ["tenant"], "resolution": "host-managed"}));
-    assert!(discovery["nodeTypes"].as_array().unwrap().contains(&json!("conformance.secret.echo")));
+    assert!(discovery["nodeTypes"].as_array().unwrap().contains(&json!(ECHO)));
 
     // The BYOK fixture: only the hash and the length come out.
     let run_id = client.create(json!({"workflowId": FIXTURE, "inputs": {}})).await;
@@ -153,7 +158,9 @@ async fn resolved_secrets_never_reach_events_snapshots_bundles_or_logs() {
 #[tokio::test]
 async fn a_host_without_secrets_advertises_none_and_fails_with_credential_unavailable() {
     let _logs = logs();
-    let host = start(serve_args(None)).await;
+    let mut args = serve_args(None);
+    args.test_seams = true;
+    let host = start(args).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
     let discovery: Value =
         reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
@@ -172,6 +179,90 @@ async fn a_host_without_secrets_advertises_none_and_fails_with_credential_unavai
     let snapshot = client.wait_terminal(&run_id, WITHIN).await;
     assert_eq!(snapshot["error"]["code"], "credential_unavailable", "{snapshot}");
     assert!(server.requests().is_empty(), "no call went out");
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn without_the_test_seams_there_is_no_secret_echo_kind() {
+    let _logs = logs();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = serve_args(None);
+    args.secrets_file = Some(secrets_file(dir.path(), 0o600));
+    let host = start(args).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    let discovery: Value =
+        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    assert!(!discovery["nodeTypes"].as_array().unwrap().contains(&json!(ECHO)), "{}", discovery["nodeTypes"]);
+    assert_eq!(discovery["secrets"]["supported"], true, "core.http.request still resolves secrets");
+    let advertised = discovery["fixtures"].as_array().cloned().unwrap_or_default();
+    assert!(!advertised.contains(&json!(FIXTURE)), "{advertised:?}");
+    // The bundled fixture is stored but cannot run here, and a new definition cannot use it.
+    let (status, body) = client.request("POST", "/v1/runs", Some(json!({"workflowId": FIXTURE, "inputs": {}}))).await;
+    assert_eq!((status, body["error"].as_str()), (422, Some("capability_required")), "{body}");
+    let echo = json!({"id": "echo-here", "name": "echo-here", "edges": [],
+                      "nodes": [{"id": "n", "typeId": ECHO, "config": {"secretId": "api-token"}}]});
+    let (status, body) = client.request("POST", "/v1/workflows", Some(echo)).await;
+    assert_eq!((status, body["error"].as_str()), (422, Some("capability_required")), "{body}");
+    host.stop().await;
+}
+
+/// A secrets file with one secret for each of two tenants.
+fn tenant_secrets_file(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("tenant-secrets.json");
+    let document = json!({"secrets": {
+        "acme-token": {"value": format!("{}-acme", cleartext()), "tenants": ["acme"]},
+        "default-token": {"value": format!("{}-default", cleartext()), "tenants": ["default"]},
+    }});
+    std::fs::write(&path, document.to_string()).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    path
+}
+
+#[tokio::test]
+async fn a_tenant_cannot_send_another_tenants_secret() {
+    let _logs = logs();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = serve_args(None);
+    args.secrets_file = Some(tenant_secrets_file(dir.path()));
+    let all: &[&str] = &["*"];
+    args.keys_file = Some(write_keys_file(dir.path(), &[("key-default", "default", all), ("key-acme", "acme", all)]));
+    let host = start_with(args, HostOptions::default()).await;
+    let base = format!("http://{}", host.addr);
+    let server = TestServer::start().await;
+    server.route("/own", vec![Reply::json(200, &json!({"ok": true}))]);
+
+    for (key, tenant, own, other) in
+        [("key-default", "default", "default-token", "acme-token"), ("key-acme", "acme", "acme-token", "default-token")]
+    {
+        let client = Client::new(&base, key);
+        // Its own secret is sent.
+        let id = format!("own-{tenant}");
+        let (status, body) =
+            client.request("POST", "/v1/workflows", Some(http_workflow(&id, &server.url("/own"), own))).await;
+        assert_eq!(status, 201, "{body}");
+        let snapshot = client.wait_terminal(&client.create(json!({"workflowId": id})).await, WITHIN).await;
+        assert_eq!(snapshot["status"], "completed", "{tenant}: {snapshot}");
+        let seen = server.requests_to("/own");
+        let expected = format!("Bearer {}-{tenant}", cleartext());
+        assert_eq!(seen.last().unwrap().header("authorization"), Some(expected.as_str()), "{tenant}");
+
+        // The other tenant's is not found, and nothing goes out.
+        let id = format!("steal-{tenant}");
+        let path = format!("/steal-{tenant}");
+        let (status, body) =
+            client.request("POST", "/v1/workflows", Some(http_workflow(&id, &server.url(&path), other))).await;
+        assert_eq!(status, 201, "{body}");
+        let run_id = client.create(json!({"workflowId": id})).await;
+        let snapshot = client.wait_terminal(&run_id, WITHIN).await;
+        assert_eq!(snapshot["status"], "failed", "{tenant}: {snapshot}");
+        assert_eq!(snapshot["error"]["code"], "credential_not_found", "{tenant}: {snapshot}");
+        assert!(server.requests_to(&path).is_empty(), "{tenant}: nothing was sent");
+        assert_run_clean(&client, &run_id).await;
+    }
     host.stop().await;
 }
 

@@ -50,7 +50,9 @@ pub enum StartError {
 }
 
 /// The node kinds the embedded host runs: the engine's pure kinds and these activities
-/// (no AWS kind: the embedded binary carries no AWS SDK).
+/// (no AWS kind: the embedded binary carries no AWS SDK). `conformance.secret.echo`, which
+/// outputs the hash and length of any secret the run's tenant reaches, only with the test
+/// seams on (`OPENWOP_TEST_SEAM_ENABLED`: a host that runs conformance).
 pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
     let allow = AllowList::parse(&args.http_allow_private_nets).map_err(|error| {
         StartError::Setting(format!("--http-allow-private-nets / TRELLIS_HTTP_ALLOW_PRIVATE_NETS: {error}"))
@@ -58,9 +60,8 @@ pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
     let max_response_body_bytes = usize::try_from(args.http_max_response_bytes).unwrap_or(usize::MAX);
     let http = HttpClient::system(HttpSettings { allow, max_response_body_bytes, ..HttpSettings::default() });
     let secrets = secret_resolver(args)?;
-    Ok(NodeRegistry::new()
-        .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
-        .register(Arc::new(SecretEchoActivity::new(secrets))))
+    let nodes = NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())));
+    Ok(if args.test_seams { nodes.register(Arc::new(SecretEchoActivity::new(secrets))) } else { nodes })
 }
 
 /// The sender of external-event notifies (`docs/callbacks.md`): the same SSRF-guarded client
@@ -73,8 +74,10 @@ pub fn callback_sender(args: &ServeArgs) -> Result<Arc<dyn CallbackSender>, Star
     Ok(Arc::new(HttpCallbackSender::new(http)))
 }
 
-/// The embedded host's secret resolver: the secrets file (`--secrets-file`), then the
-/// environment (`--secrets-from-env`); `None` when neither is configured (discovery then
+/// The embedded host's secret resolver: the secrets file (`--secrets-file`, each entry for
+/// every tenant or the ones it names), then the environment (`--secrets-from-env`, for the
+/// runs of the default tenant only: the variables are the host's, and a named tenant of a
+/// keys file must not reach them); `None` when neither is configured (discovery then
 /// advertises no `secrets`, and a node needing one fails with `credential_unavailable`).
 pub fn secret_resolver(args: &ServeArgs) -> Result<Option<Arc<dyn SecretResolver>>, StartError> {
     let mut resolvers: Vec<Arc<dyn SecretResolver>> = Vec::new();
@@ -86,8 +89,12 @@ pub fn secret_resolver(args: &ServeArgs) -> Result<Option<Arc<dyn SecretResolver
         resolvers.push(Arc::new(file));
     }
     if args.secrets_from_env {
-        let env = EnvSecrets::from_process();
-        info!(variables = env.len(), "secrets from TRELLIS_SECRET_* environment variables");
+        let env = EnvSecrets::from_process(&[keys::DEFAULT_TENANT]);
+        info!(
+            variables = env.len(),
+            tenant = keys::DEFAULT_TENANT,
+            "secrets from TRELLIS_SECRET_* environment variables"
+        );
         resolvers.push(Arc::new(env));
     }
     Ok(SecretChain::compose(resolvers))

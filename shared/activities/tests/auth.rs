@@ -18,8 +18,10 @@ const TOKEN: &str = "tok-CANARY-9f8e7d";
 
 async fn harness() -> Harness {
     let mut harness = Harness::new().await;
-    let secrets: Arc<dyn SecretResolver> =
-        Arc::new(EnvSecrets::from_vars([("TRELLIS_SECRET_API_TOKEN", TOKEN), ("TRELLIS_SECRET_BASIC", "user:pa ss")]));
+    let secrets: Arc<dyn SecretResolver> = Arc::new(EnvSecrets::from_vars(
+        &["default"],
+        [("TRELLIS_SECRET_API_TOKEN", TOKEN), ("TRELLIS_SECRET_BASIC", "user:pa ss")],
+    ));
     harness.activity = harness.activity.clone().with_secrets(Some(secrets));
     harness.server.route("/r", vec![Reply::json(200, &json!({"ok": true}))]);
     harness

@@ -58,11 +58,17 @@ pub fn node_registry(settings: &Settings) -> NodeRegistry {
 
 /// The node kinds the AWS functions run: the engine's pure kinds and these activities, whose
 /// `credentialsRef` resolves through `secrets` (discovery advertises `secrets` only with one).
+/// `conformance.secret.echo`, which outputs the hash and length of any secret the run's tenant
+/// reaches, only with the test seams on (`OPENWOP_TEST_SEAM_ENABLED`: a stack that runs
+/// conformance).
 pub fn node_registry_with(settings: &Settings, secrets: Option<Arc<dyn SecretResolver>>) -> NodeRegistry {
     let http = HttpClient::system(settings.http.clone());
-    NodeRegistry::new()
-        .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
-        .register(Arc::new(SecretEchoActivity::new(secrets)))
+    let nodes = NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())));
+    if settings.test_seams {
+        nodes.register(Arc::new(SecretEchoActivity::new(secrets)))
+    } else {
+        nodes
+    }
 }
 
 /// How the dispatcher notifies external workers: tokens signed with the key the API derives
@@ -143,5 +149,31 @@ impl AwsApp {
                 max_duration: Some(Duration::from_secs(api.stream_max_seconds)),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(test_seams: &str) -> Settings {
+        let pairs = [
+            ("TRELLIS_TABLE_NAME", "t"),
+            ("TRELLIS_STEP_QUEUE_URL", "q"),
+            ("TRELLIS_COMPLETION_QUEUE_URL", "c"),
+            ("OPENWOP_TEST_SEAM_ENABLED", test_seams),
+        ];
+        Settings::from_lookup(&|name| pairs.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string()))
+            .expect("valid settings")
+    }
+
+    #[test]
+    fn the_secret_echo_kind_is_registered_only_with_the_test_seams() {
+        let echo = trellis_activities::secrets::echo::TYPE_ID;
+        let off = node_registry(&settings("false")).type_ids();
+        assert!(!off.contains(&echo), "{off:?}");
+        assert!(off.contains(&"core.http.request"), "{off:?}");
+        let on = node_registry(&settings("true")).type_ids();
+        assert!(on.contains(&echo), "{on:?}");
     }
 }

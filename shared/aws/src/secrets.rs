@@ -3,11 +3,13 @@
 //! reading only names under one prefix (`TRELLIS_SECRETS_PREFIX`), which is also the one
 //! prefix the SAM template grants the functions read access to.
 //!
-//! A reference `github-token` is the secret `<prefix>github-token` (Secrets Manager: its
-//! `SecretString`, or its `SecretBinary`) or the parameter `<prefix>github-token` (SSM, read
-//! `WithDecryption`). References are checked by [`trellis_core::secrets::check_ref`] (no `/`),
-//! so one can never name anything outside the prefix. Secrets are host-wide: every tenant's
-//! runs on the deployment may use them.
+//! Secrets belong to a tenant: reference `github-token` in a run of tenant `acme` is the secret
+//! `<prefix>acme/github-token` (Secrets Manager: its `SecretString`, or its `SecretBinary`) or
+//! the parameter `<prefix>acme/github-token` (SSM, read `WithDecryption`) — see
+//! [`secret_name`]. References and tenants are checked by
+//! [`trellis_core::secrets::check_ref`] (no `/`), so a run can never name anything outside its
+//! tenant's folder of the prefix; a tenant whose id is not such a name has no secrets here
+//! (`credential_not_found`).
 //!
 //! Errors: a missing name is `credential_not_found`; access denied, a deleted or undecryptable
 //! secret is `credential_unavailable`; throttling, timeouts and network or service failures are
@@ -17,7 +19,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
-use trellis_core::secrets::{Secret, SecretError, SecretRequest, SecretResolver};
+use trellis_core::secrets::{check_ref, Secret, SecretError, SecretRequest, SecretResolver};
 
 use crate::settings::SettingsError;
 
@@ -97,6 +99,17 @@ pub fn resolver(
     }
 }
 
+/// The name `reference` has for `tenant`'s runs under `prefix` (which ends with `/`):
+/// `<prefix><tenant>/<reference>`. A tenant or a reference that is not a plain name (letters,
+/// digits, `.`, `_`, `-`; no `/`) names nothing: `credential_not_found`, so no run reaches
+/// another tenant's folder or anything else under the prefix.
+pub fn secret_name(prefix: &str, request: SecretRequest<'_>) -> Result<String, SecretError> {
+    let not_found = || SecretError::NotFound { reference: request.reference.to_owned() };
+    check_ref(request.tenant).map_err(|_| not_found())?;
+    check_ref(request.reference).map_err(|_| not_found())?;
+    Ok(format!("{prefix}{}/{}", request.tenant, request.reference))
+}
+
 /// How a failed SDK call is reported: by the error's code, never its raw body.
 fn classify<E: ProvideErrorMetadata, R>(reference: &str, error: &SdkError<E, R>, not_found: &[&str]) -> SecretError {
     let reference = reference.to_owned();
@@ -125,7 +138,7 @@ fn classify<E: ProvideErrorMetadata, R>(reference: &str, error: &SdkError<E, R>,
     }
 }
 
-/// AWS Secrets Manager under one prefix.
+/// AWS Secrets Manager under one prefix, one folder per tenant.
 pub struct SecretsManagerSecrets {
     client: aws_sdk_secretsmanager::Client,
     prefix: String,
@@ -138,7 +151,7 @@ impl fmt::Debug for SecretsManagerSecrets {
 }
 
 impl SecretsManagerSecrets {
-    /// Reads `<prefix><reference>` through `client`.
+    /// Reads `<prefix><tenant>/<reference>` through `client`.
     pub fn new(client: aws_sdk_secretsmanager::Client, prefix: String) -> Self {
         Self { client, prefix }
     }
@@ -151,7 +164,7 @@ impl SecretResolver for SecretsManagerSecrets {
         let answer = self
             .client
             .get_secret_value()
-            .secret_id(format!("{}{reference}", self.prefix))
+            .secret_id(secret_name(&self.prefix, request)?)
             .send()
             .await
             .map_err(|error| classify(reference, &error, &["ResourceNotFoundException"]))?;
@@ -169,7 +182,8 @@ impl SecretResolver for SecretsManagerSecrets {
     }
 }
 
-/// SSM Parameter Store under one prefix (parameters read with decryption).
+/// SSM Parameter Store under one prefix, one folder per tenant (parameters read with
+/// decryption).
 pub struct ParameterStoreSecrets {
     client: aws_sdk_ssm::Client,
     prefix: String,
@@ -182,7 +196,7 @@ impl fmt::Debug for ParameterStoreSecrets {
 }
 
 impl ParameterStoreSecrets {
-    /// Reads `<prefix><reference>` through `client`.
+    /// Reads `<prefix><tenant>/<reference>` through `client`.
     pub fn new(client: aws_sdk_ssm::Client, prefix: String) -> Self {
         Self { client, prefix }
     }
@@ -195,7 +209,7 @@ impl SecretResolver for ParameterStoreSecrets {
         let answer = self
             .client
             .get_parameter()
-            .name(format!("{}{reference}", self.prefix))
+            .name(secret_name(&self.prefix, request)?)
             .with_decryption(true)
             .send()
             .await
@@ -224,6 +238,17 @@ mod tests {
     fn read(pairs: &[(&str, &str)]) -> Result<SecretsSettings, SettingsError> {
         let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         SecretsSettings::from_lookup(&move |name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn names_are_the_tenant_folder_of_the_prefix() {
+        let name = |tenant, reference| secret_name("trellis/", SecretRequest { tenant, reference });
+        assert_eq!(name("acme", "api-token"), Ok("trellis/acme/api-token".to_owned()));
+        assert_eq!(name("default", "k.v2"), Ok("trellis/default/k.v2".to_owned()));
+        for (tenant, reference) in [("a/b", "k"), ("..", "k"), ("", "k"), ("acme", "x/y"), ("acme corp", "k")] {
+            let refused = name(tenant, reference).unwrap_err();
+            assert_eq!(refused.code(), "credential_not_found", "{tenant:?} {reference:?}");
+        }
     }
 
     #[test]

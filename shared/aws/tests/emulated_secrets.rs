@@ -1,6 +1,7 @@
 //! `credentialsRef` on the emulated AWS stack: Secrets Manager and SSM Parameter Store
-//! (`SecureString`) served by moto. The resolvers find a name under their prefix, answer
-//! `credential_not_found` for a missing one and never reach a name outside the prefix; the
+//! (`SecureString`) served by moto. The resolvers find a name in the run's tenant's folder of
+//! their prefix, answer `credential_not_found` for a missing one, for another tenant's secret
+//! and for a name outside the folder (the prefix's root, another prefix); the
 //! `openwop-smoke-byok-roundtrip` fixture runs through the dispatcher on each backend and its
 //! events, snapshot and debug bundle carry the hash and length only. Without the emulators the
 //! suite is ignored (see `trellis_testkit::external`).
@@ -45,35 +46,60 @@ async fn put_parameter(name: &str, value: &str) {
         .expect("parameter put");
 }
 
+/// The names each resolver test puts under `prefix` (and one under another prefix).
+fn names(prefix: &str, other_prefix: &str, value: &str) -> Vec<(String, String)> {
+    vec![
+        (format!("{prefix}default/api-token"), value.to_owned()),
+        (format!("{prefix}acme/acme-token"), format!("{value}-acme")),
+        (format!("{prefix}root-level"), "not-in-a-tenant-folder".to_owned()),
+        (format!("{other_prefix}default/outside"), "not-for-trellis".to_owned()),
+    ]
+}
+
 async fn check_resolver(resolver: &dyn SecretResolver, value: &str) {
-    let ask = |reference| SecretRequest { tenant: "default", reference };
-    assert_eq!(resolver.resolve(ask("api-token")).await.expect("resolved").expose(), value.as_bytes());
-    let missing = resolver.resolve(ask("absent")).await.expect_err("missing");
+    let ask = |tenant, reference| SecretRequest { tenant, reference };
+    assert_eq!(resolver.resolve(ask("default", "api-token")).await.expect("resolved").expose(), value.as_bytes());
+    let missing = resolver.resolve(ask("default", "absent")).await.expect_err("missing");
     assert_eq!((missing.code(), missing.retryable()), ("credential_not_found", false), "{missing}");
-    let outside = resolver.resolve(ask("outside")).await.expect_err("outside the prefix");
-    assert_eq!(outside.code(), "credential_not_found", "a name outside the prefix is never read");
+    for reference in ["outside", "root-level"] {
+        let outside = resolver.resolve(ask("default", reference)).await.expect_err("outside the folder");
+        assert_eq!(outside.code(), "credential_not_found", "{reference}: a name outside the tenant's folder");
+    }
+
+    // Tenant scoping: acme's secret is acme's alone, and default's is not acme's.
+    let own = resolver.resolve(ask("acme", "acme-token")).await.expect("acme resolves its own");
+    assert_eq!(own.expose(), format!("{value}-acme").as_bytes());
+    let other = resolver.resolve(ask("default", "acme-token")).await.expect_err("another tenant's secret");
+    assert_eq!(other.code(), "credential_not_found", "{other}");
+    let other = resolver.resolve(ask("acme", "api-token")).await.expect_err("another tenant's secret");
+    assert_eq!(other.code(), "credential_not_found", "{other}");
+    // A tenant id that is not a plain name cannot step into another folder.
+    let climbing = resolver.resolve(ask("acme/../default", "api-token")).await.expect_err("not a folder name");
+    assert_eq!(climbing.code(), "credential_not_found", "{climbing}");
 }
 
 #[tokio::test]
 #[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
-async fn secrets_manager_resolves_under_its_prefix() {
+async fn secrets_manager_resolves_in_the_tenants_folder_only() {
     require();
     let prefix = format!("trellis-{}/", suffix());
     let value = format!("{CANARY}-sm");
-    put_secret(&format!("{prefix}api-token"), &value).await;
-    put_secret(&format!("other-{}/outside", suffix()), "not-for-trellis").await;
+    for (name, secret) in names(&prefix, &format!("other-{}/", suffix()), &value) {
+        put_secret(&name, &secret).await;
+    }
     let client = aws_sdk_secretsmanager::Client::new(&sdk_config().await);
     check_resolver(&SecretsManagerSecrets::new(client, prefix), &value).await;
 }
 
 #[tokio::test]
 #[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
-async fn parameter_store_resolves_secure_strings_under_its_prefix() {
+async fn parameter_store_resolves_secure_strings_in_the_tenants_folder_only() {
     require();
     let prefix = format!("/trellis-{}/", suffix());
     let value = format!("{CANARY}-ssm");
-    put_parameter(&format!("{prefix}api-token"), &value).await;
-    put_parameter(&format!("/other-{}/outside", suffix()), "not-for-trellis").await;
+    for (name, secret) in names(&prefix, &format!("/other-{}/", suffix()), &value) {
+        put_parameter(&name, &secret).await;
+    }
     let client = aws_sdk_ssm::Client::new(&sdk_config().await);
     check_resolver(&ParameterStoreSecrets::new(client, prefix), &value).await;
 }
@@ -85,7 +111,8 @@ fn assert_clean(label: &str, text: &str, cleartext: &str) {
 
 async fn byok_on(backend: SecretsBackend, prefix: String) {
     let cleartext = format!("{CANARY}-{}", suffix());
-    let name = format!("{prefix}{CANARY_SECRET_ID}");
+    // The stack's key acts for tenant `default`.
+    let name = format!("{prefix}default/{CANARY_SECRET_ID}");
     match backend {
         SecretsBackend::SecretsManager => put_secret(&name, &cleartext).await,
         SecretsBackend::Ssm => put_parameter(&name, &cleartext).await,

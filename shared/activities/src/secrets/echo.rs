@@ -5,6 +5,11 @@
 //!
 //! On a host without a resolver the node fails before any attempt with
 //! `credential_unavailable`; an unknown id fails the attempt with `credential_not_found`.
+//!
+//! The hash and the length of a secret are more than a production host should hand to any
+//! workflow author (a low-entropy secret's hash can be guessed offline), so the hosts register
+//! this kind only when they run conformance (`OPENWOP_TEST_SEAM_ENABLED`); elsewhere it is an
+//! unknown kind and discovery does not list it.
 
 use std::sync::Arc;
 
@@ -132,8 +137,10 @@ mod tests {
 
     #[tokio::test]
     async fn emits_only_the_hash_and_the_length() {
-        let resolver: Arc<dyn SecretResolver> =
-            Arc::new(EnvSecrets::from_vars([("TRELLIS_SECRET_OPENWOP_CONFORMANCE_CANARY_SECRET", "canary-value-123")]));
+        let resolver: Arc<dyn SecretResolver> = Arc::new(EnvSecrets::from_vars(
+            &["default"],
+            [("TRELLIS_SECRET_OPENWOP_CONFORMANCE_CANARY_SECRET", "canary-value-123")],
+        ));
         let activity = SecretEchoActivity::new(Some(resolver));
         let request = prepare(&activity, secrets::CANARY_SECRET_ID).unwrap();
         assert!(!request.to_string().contains("canary-value"));

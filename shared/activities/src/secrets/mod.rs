@@ -1,13 +1,14 @@
 //! The embedded host's secret resolvers ([`trellis_core::secrets::SecretResolver`]) and the
 //! `conformance.secret.echo` node that proves resolution without revealing a value.
 //!
-//! - [`env`]: `TRELLIS_SECRET_<NAME>` environment variables, read once at start
-//!   ([`EnvSecrets`]);
+//! - [`env`]: `TRELLIS_SECRET_<NAME>` environment variables, read once at start, for the runs
+//!   of the tenants the host names only ([`EnvSecrets`]);
 //! - [`file`]: a JSON secrets file that only its owner may read (mode `0600` or stricter),
 //!   whose entries may be restricted to some tenants ([`FileSecrets`]);
 //! - [`SecretChain`]: several resolvers, asked in order (the file first, then the environment,
 //!   as the CLI composes them);
-//! - [`echo`]: `conformance.secret.echo` ([`SecretEchoActivity`]).
+//! - [`echo`]: `conformance.secret.echo` ([`SecretEchoActivity`]), which hosts register only
+//!   when they run conformance (it reveals the hash and length of any secret a tenant reaches).
 //!
 //! None of them logs a value, and none keeps a resolved [`Secret`] past the call asking.
 
@@ -71,9 +72,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_chain_asks_in_order_and_passes_only_not_found_on() {
-        let first: Arc<dyn SecretResolver> = Arc::new(EnvSecrets::from_vars([("TRELLIS_SECRET_A", "from-first")]));
+        let first: Arc<dyn SecretResolver> = Arc::new(EnvSecrets::from_vars(&["t"], [("TRELLIS_SECRET_A", "from-first")]));
         let second: Arc<dyn SecretResolver> =
-            Arc::new(EnvSecrets::from_vars([("TRELLIS_SECRET_A", "shadowed"), ("TRELLIS_SECRET_B", "from-second")]));
+            Arc::new(EnvSecrets::from_vars(&["t"], [("TRELLIS_SECRET_A", "shadowed"), ("TRELLIS_SECRET_B", "from-second")]));
         let chain = SecretChain::compose(vec![first, second]).unwrap();
         let ask = |reference| SecretRequest { tenant: "t", reference };
         assert_eq!(chain.resolve(ask("a")).await.unwrap().expose(), b"from-first");
