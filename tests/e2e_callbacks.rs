@@ -4,7 +4,7 @@
 //! `heartbeatMs`; a missed heartbeat is retried (a new notify) and then takes the failure
 //! route; `{failure}` fails the node; a token used after the interrupt's timeout is refused
 //! with `410 interrupt_expired`; a crash of the real binary after the interrupt's commit
-//! still notifies the worker after the restart.
+//! still notifies the worker after the restart; discovery says what a worker's token lasts.
 
 mod common;
 
@@ -130,6 +130,47 @@ async fn a_workers_failure_fails_the_node_and_a_late_token_is_refused_as_expired
     let (status, answer) =
         resolve(&client, task["token"].as_str().unwrap(), json!({"eventPayload": {"job": "j-1"}})).await;
     assert_eq!((status, answer["error"].as_str()), (410, Some("interrupt_expired")), "{answer}");
+    host.stop().await;
+}
+
+/// Milliseconds since the epoch of an RFC 3339 UTC instant as the host writes them
+/// (`2026-12-01T21:00:00.000Z`).
+fn epoch_ms(text: &str) -> i64 {
+    let (date, time) = text.trim_end_matches('Z').split_once('T').unwrap_or_else(|| panic!("{text}"));
+    let ymd: Vec<i64> = date.split('-').map(|n| n.parse().unwrap()).collect();
+    let hms: Vec<f64> = time.split(':').map(|n| n.parse().unwrap()).collect();
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (month, day) = (ymd[1], ymd[2]);
+    let year = ymd[0] - i64::from(month <= 2);
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    days * 86_400_000 + ((hms[0] * 3600.0 + hms[1] * 60.0 + hms[2]) * 1000.0).round() as i64
+}
+
+#[tokio::test]
+async fn discovery_says_a_workers_token_lasts_until_the_interrupts_timeout() {
+    assert_eq!(epoch_ms("1970-01-02T00:00:01.500Z"), 86_401_500, "the test's own parser");
+    let host = start(serve_args(None)).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    let discovery: Value =
+        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    let interrupts = &discovery["interrupts"];
+    assert_eq!(interrupts["externalEventTokenTtl"], "interrupt-timeout", "{interrupts}");
+    let other_kinds_ms = interrupts["tokenTtlSeconds"].as_i64().unwrap() * 1000;
+
+    // Two hours of timeout: the worker's token outlives the other kinds' lifetime, to the end.
+    let timeout_ms: i64 = 2 * 3600 * 1000;
+    assert!(timeout_ms > other_kinds_ms);
+    let receiver = CallbackReceiver::start(Vec::new()).await;
+    register(&client, workflow("cb-ttl", json!({}), timeout_ms as u64)).await;
+    let run_id = client.create(json!({"workflowId": "cb-ttl", "callbackUrl": receiver.url()})).await;
+    let task = receiver.wait_for(1, WITHIN).await.remove(0);
+    let lifetime = epoch_ms(task["tokenExpiresAt"].as_str().unwrap()) - epoch_ms(task["requestedAt"].as_str().unwrap());
+    assert!(lifetime > other_kinds_ms && lifetime <= timeout_ms, "{lifetime} ms: {task}");
+    assert_eq!(client.snapshot(&run_id).await["status"], "waiting-external");
     host.stop().await;
 }
 

@@ -90,7 +90,12 @@ impl Discovery {
             "approvalActions": APPROVAL_ACTIONS,
             "profiles": PROFILES,
             "resolution": ["run-scoped", "signed-token"],
+            // Approval and clarification tokens: 30 minutes, never past the interrupt's
+            // timeout. One number cannot say that an external-event token (a worker's) lives
+            // until the interrupt's own timeout instead, so a Trellis field says it
+            // (docs/callbacks.md, "Token validity").
             "tokenTtlSeconds": TOKEN_LIFETIME_MS / 1000,
+            "externalEventTokenTtl": "interrupt-timeout",
         });
         document["runs"] = json!({
             "pauseResume": { "supported": true, "drainPolicies": ["immediate", "drain-current-node"] },
