@@ -72,9 +72,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_chain_asks_in_order_and_passes_only_not_found_on() {
-        let first: Arc<dyn SecretResolver> = Arc::new(EnvSecrets::from_vars(&["t"], [("TRELLIS_SECRET_A", "from-first")]));
-        let second: Arc<dyn SecretResolver> =
-            Arc::new(EnvSecrets::from_vars(&["t"], [("TRELLIS_SECRET_A", "shadowed"), ("TRELLIS_SECRET_B", "from-second")]));
+        let first: Arc<dyn SecretResolver> =
+            Arc::new(EnvSecrets::from_vars(&["t"], [("TRELLIS_SECRET_A", "from-first")]));
+        let second: Arc<dyn SecretResolver> = Arc::new(EnvSecrets::from_vars(
+            &["t"],
+            [("TRELLIS_SECRET_A", "shadowed"), ("TRELLIS_SECRET_B", "from-second")],
+        ));
         let chain = SecretChain::compose(vec![first, second]).unwrap();
         let ask = |reference| SecretRequest { tenant: "t", reference };
         assert_eq!(chain.resolve(ask("a")).await.unwrap().expose(), b"from-first");
