@@ -12,23 +12,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::{require_emulators, stack, Stack};
-use trellis_testkit::callback::CallbackReceiver;
+use trellis_testkit::callback::{external_job_workflow as workflow, CallbackReceiver};
 use trellis_testkit::http_server::Reply;
 
 const RUN_DEADLINE: Duration = Duration::from_secs(40);
-
-/// `wait` (external-event, `settings`, `timeoutMs`) → `ok`, and `wait` → `handler` on failure.
-fn workflow(id: &str, settings: Value, timeout_ms: u64) -> Value {
-    json!({"id": id, "name": id, "nodes": [
-        {"id": "wait", "typeId": "core.interrupt", "settings": settings, "config": {"kind": "external-event",
-            "data": {"eventType": "job.done", "correlation": {"job": "j-1"}}, "timeoutMs": timeout_ms}},
-        {"id": "ok", "typeId": "core.noop"},
-        {"id": "handler", "typeId": "core.noop"}
-    ], "edges": [
-        {"id": "e1", "sourceNodeId": "wait", "targetNodeId": "ok"},
-        {"id": "e2", "sourceNodeId": "wait", "targetNodeId": "handler", "triggerRule": "any_failed"}
-    ]})
-}
 
 async fn register(aws: &Stack, definition: Value) {
     let (status, body) = aws.api("POST", "/v1/workflows", Some(definition)).await;

@@ -4,12 +4,26 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::http_server::{Reply, SeenRequest, TestServer};
 
 /// The path notifies are posted to.
 pub const HOOK_PATH: &str = "/hook";
+
+/// The callback suites' workflow: `wait` (an external-event interrupt with `settings` and
+/// `timeoutMs`) → `ok`, and `wait` → `handler` when it fails.
+pub fn external_job_workflow(id: &str, settings: Value, timeout_ms: u64) -> Value {
+    json!({"id": id, "name": id, "nodes": [
+        {"id": "wait", "typeId": "core.interrupt", "settings": settings, "config": {"kind": "external-event",
+            "data": {"eventType": "job.done", "correlation": {"job": "j-1"}}, "timeoutMs": timeout_ms}},
+        {"id": "ok", "typeId": "core.noop"},
+        {"id": "handler", "typeId": "core.noop"}
+    ], "edges": [
+        {"id": "e1", "sourceNodeId": "wait", "targetNodeId": "ok"},
+        {"id": "e2", "sourceNodeId": "wait", "targetNodeId": "handler", "triggerRule": "any_failed"}
+    ]})
+}
 
 /// A notify receiver.
 pub struct CallbackReceiver {

@@ -12,10 +12,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
+use trellis_core::interrupt::callback::mint;
 use trellis_core::interrupt::token::{TokenClaims, TokenError, TokenSigner};
-use trellis_core::interrupt::{
-    token_expiry, InterruptKind, InterruptRecord, InterruptState, Refusal, Resolution, Resolver,
-};
+use trellis_core::interrupt::{InterruptKind, InterruptRecord, InterruptState, Refusal, Resolution, Resolver};
 use trellis_core::timefmt::{rfc3339, Millis};
 use trellis_core::{RunState, ServiceError};
 
@@ -28,19 +27,6 @@ use crate::AppState;
 /// The signer of interrupt tokens: a key derived from the host secret.
 pub(crate) fn signer(state: &AppState) -> TokenSigner {
     TokenSigner::new(&state.cursor_key[..])
-}
-
-/// A fresh token for `record` of `run_id`.
-fn mint(signer: &TokenSigner, run_id: &str, record: &InterruptRecord, now: Millis) -> (String, Millis) {
-    let expires_at = token_expiry(record, now);
-    let claims = TokenClaims {
-        run_id: run_id.to_owned(),
-        node_id: record.node_id.clone(),
-        interrupt_id: record.id.clone(),
-        expires_at,
-        intent: "resolve".to_owned(),
-    };
-    (signer.sign(&claims), expires_at)
 }
 
 /// The snapshot's `interrupt` object for the run's pending interrupt, with a fresh token.
