@@ -65,7 +65,12 @@ fn needs_no_escape(text: &str) -> bool {
 /// Appends `text` as a JSON string (copied when nothing in it needs an escape — the ids,
 /// types and timestamps of nearly every event — else written by `serde_json`).
 fn string(out: &mut Vec<u8>, text: &str) -> serde_json::Result<()> {
-    if needs_no_escape(text) {
+    quoted(out, text, needs_no_escape(text))
+}
+
+/// [`string`] for a `text` already checked: `plain` is [`needs_no_escape`]'s answer.
+fn quoted(out: &mut Vec<u8>, text: &str, plain: bool) -> serde_json::Result<()> {
+    if plain {
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
         out.push(b'"');
@@ -90,9 +95,10 @@ fn decimal(out: &mut Vec<u8>, mut value: u64) {
     out.extend_from_slice(&digits[at..]);
 }
 
-/// Appends `"{run_id}:{sequence}"`, the form of `eventId` and `causationId`.
-fn event_ref(out: &mut Vec<u8>, run_id: &str, sequence: u64) -> serde_json::Result<()> {
-    if needs_no_escape(run_id) {
+/// Appends `"{run_id}:{sequence}"`, the form of `eventId` and `causationId`; `plain` says
+/// `run_id` needs no escape (checked once per document).
+fn event_ref(out: &mut Vec<u8>, run_id: &str, plain: bool, sequence: u64) -> serde_json::Result<()> {
+    if plain {
         out.push(b'"');
         out.extend_from_slice(run_id.as_bytes());
         out.push(b':');
@@ -100,7 +106,7 @@ fn event_ref(out: &mut Vec<u8>, run_id: &str, sequence: u64) -> serde_json::Resu
         out.push(b'"');
         Ok(())
     } else {
-        string(out, &format!("{run_id}:{sequence}"))
+        quoted(out, &format!("{run_id}:{sequence}"), false)
     }
 }
 
@@ -109,9 +115,10 @@ fn event_ref(out: &mut Vec<u8>, run_id: &str, sequence: u64) -> serde_json::Resu
 /// the sequence, so they are stable across re-reads.
 pub(crate) fn write_doc(out: &mut Vec<u8>, wire: Wire, run_id: &str, event: &StoredEvent) -> serde_json::Result<()> {
     out.push(b'{');
+    let plain = needs_no_escape(run_id);
     if let Some(cause) = event.causation {
         key(out, true, "causationId");
-        event_ref(out, run_id, cause)?;
+        event_ref(out, run_id, plain, cause)?;
     }
     let first = event.causation.is_none();
     match wire {
@@ -119,7 +126,7 @@ pub(crate) fn write_doc(out: &mut Vec<u8>, wire: Wire, run_id: &str, event: &Sto
         Wire::V2 => entry(out, first, "engineVersion", &ENGINE_VERSION_NUMBER)?,
     }
     key(out, false, "eventId");
-    event_ref(out, run_id, event.sequence)?;
+    event_ref(out, run_id, plain, event.sequence)?;
     if let Some(node_id) = &event.node_id {
         key(out, false, "nodeId");
         string(out, node_id)?;
@@ -127,7 +134,7 @@ pub(crate) fn write_doc(out: &mut Vec<u8>, wire: Wire, run_id: &str, event: &Sto
     out.extend_from_slice(b",\"payload\":");
     out.extend_from_slice(event.payload_json.as_bytes());
     key(out, false, "runId");
-    string(out, run_id)?;
+    quoted(out, run_id, plain)?;
     out.extend_from_slice(b",\"schemaVersion\":1,\"sequence\":");
     decimal(out, event.sequence);
     key(out, false, "timestamp");
