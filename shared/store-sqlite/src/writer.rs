@@ -171,7 +171,7 @@ fn apply_group<'a>(
     }
     match without_fsync(connection, |connection| Ok(apply_transaction(connection, counters, hot, &writes))) {
         Ok(answers) => answers,
-        Err(error) => writes.iter().map(|_| Err(unavailable_ref_store(&error))).collect(),
+        Err(error) => writes.iter().map(|_| Err(error.clone())).collect(),
     }
 }
 
@@ -203,11 +203,6 @@ pub(crate) fn without_fsync<T>(
     }
     let _restore = Restore(connection);
     write(connection)
-}
-
-/// The same error again (a group's answers each carry one).
-fn unavailable_ref_store(error: &StoreError) -> StoreError {
-    StoreError::Unavailable(error.to_string())
 }
 
 fn apply_transaction(
