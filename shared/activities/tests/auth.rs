@@ -90,6 +90,8 @@ async fn a_host_without_secrets_refuses_the_node_with_credential_unavailable() {
         inputs: serde_json::Map::new(),
         variables: &variables,
         now: 0,
+        configurable: None,
+        mocks_allowed: false,
     };
     let error = harness.activity.prepare(&context).expect_err("refused");
     assert_eq!(error.code, "credential_unavailable");

@@ -167,6 +167,19 @@ pub enum ServiceError {
         /// Machine-readable details.
         details: Value,
     },
+    /// A request refused with its own stable code and status (e.g. `403
+    /// mock_provider_forbidden`, `400 unsupported_mock_provider`).
+    #[error("{message}")]
+    Rejected {
+        /// The HTTP status (4xx).
+        status: u16,
+        /// Stable code.
+        code: &'static str,
+        /// Human text.
+        message: String,
+        /// Machine-readable details.
+        details: Value,
+    },
     /// An operator request the run's state refuses: an interrupt that cannot be resolved (or
     /// a resume value it does not accept), a pause or resume in the wrong status.
     #[error("{0}")]
@@ -190,7 +203,7 @@ impl ServiceError {
             Self::NotFound { .. } => "not_found",
             Self::Forbidden { .. } => "forbidden",
             Self::CapabilityRequired { .. } => "capability_required",
-            Self::Conflict { code, .. } => code,
+            Self::Conflict { code, .. } | Self::Rejected { code, .. } => code,
             Self::Refused(refusal) => refusal.code(),
             Self::IdempotencyKeyMismatch => "idempotency_key_mismatch",
             Self::Unavailable => "service_unavailable",

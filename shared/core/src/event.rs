@@ -30,6 +30,9 @@ pub mod types {
     pub const NODE_RETRIED: &str = "node.retried";
     /// A piece of streamed output of an executing node.
     pub const OUTPUT_CHUNK: &str = "output.chunk";
+    /// One provider invocation's token and cost figures (RFC 0026), before the node's
+    /// `node.completed`.
+    pub const PROVIDER_USAGE: &str = "provider.usage";
     /// A node started a child run.
     pub const NODE_DISPATCHED: &str = "node.dispatched";
     /// A scheduled or waiting node was cancelled.

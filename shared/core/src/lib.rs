@@ -13,6 +13,8 @@
 //!   whose run lifecycle is written as an explicit transition table;
 //! - [`activity`]: the activity model — node kinds with side effects, executed outside the
 //!   engine behind a port, with their retry and timeout policy and template syntax;
+//! - [`ai`]: what the engine records of model calls (provider usage, the cost rollup, mock
+//!   providers, streamed chunk batches);
 //! - [`nodes`]: the engine's pure node kinds, behind one trait, and the per-backend registry (noop, delay, identity, fail,
 //!   sub-workflow, the approval/clarification/conversation gates, `core.interrupt`, the
 //!   orchestrator supervisor and `core.dispatch` of [`orchestrator`]);
@@ -34,6 +36,7 @@
 //! Nothing in this crate knows whether it runs embedded (SQLite) or on AWS.
 
 pub mod activity;
+pub mod ai;
 pub mod bundled;
 pub mod capabilities;
 pub mod engine;

@@ -404,6 +404,9 @@ pub struct RunState {
     /// created by a test-scope key on a host with its test seams on (children inherit it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mocks_allowed: bool,
+    /// What the run's model calls cost so far (and, with a budget, what it allows).
+    #[serde(default, skip_serializing_if = "crate::ai::AiState::is_empty")]
+    pub ai: crate::ai::AiState,
 }
 
 /// What one commit changed in a run's state besides its header (every field but `nodes`,
@@ -476,6 +479,7 @@ impl RunState {
             disabled_capabilities: self.disabled_capabilities.clone(),
             outputs: self.outputs.clone(),
             mocks_allowed: self.mocks_allowed,
+            ai: self.ai.clone(),
         }
     }
 

@@ -81,6 +81,10 @@ impl From<ServiceError> for ApiError {
             ServiceError::Conflict { details, .. } => {
                 Self::new(StatusCode::CONFLICT, code, message).with_details(details)
             }
+            ServiceError::Rejected { status, details, .. } => {
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+                Self::new(status, code, message).with_details(details)
+            }
             ServiceError::Refused(refusal) => {
                 let status = StatusCode::from_u16(refusal.http_status()).unwrap_or(StatusCode::CONFLICT);
                 let error = Self::new(status, code, message);

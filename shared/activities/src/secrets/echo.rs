@@ -132,6 +132,8 @@ mod tests {
             inputs: Map::new(),
             variables: &variables,
             now: 0,
+            configurable: None,
+            mocks_allowed: false,
         })
     }
 

@@ -58,7 +58,7 @@ impl Harness {
         assert_eq!(self.activity.check("n", &config), Ok(()), "the test config is valid");
         let variables = object(variables.clone());
         let context =
-            NodeContext { node_id: "n", config: &config, inputs: object(inputs), variables: &variables, now: 0 };
+            NodeContext { node_id: "n", config: &config, inputs: object(inputs), variables: &variables, now: 0, configurable: None, mocks_allowed: false };
         self.activity.prepare(&context)
     }
 

@@ -130,11 +130,15 @@ pub enum Progress {
         /// Free-form progress details.
         details: Value,
     },
-    /// A piece of streamed output (committed as `output.chunk`).
+    /// A piece of streamed output (committed as `output.chunk`; a model call's tokens go
+    /// as a [`crate::ai::chunk::ChunkBatch`]).
     Chunk {
         /// The chunk.
         data: Value,
     },
+    /// One provider invocation's usage (committed as `provider.usage`, rolled into the
+    /// run's cost and budget). Reported once per invocation, before the attempt returns.
+    Usage(crate::ai::usage::ProviderUsage),
 }
 
 /// Where an executor reports [`Progress`]; the worker commits it as an input for the attempt

@@ -83,6 +83,8 @@ impl Transition<'_> {
             inputs,
             variables: &self.state.variables,
             now: self.now,
+            configurable: self.state.configurable.as_ref(),
+            mocks_allowed: self.state.mocks_allowed,
         });
         match prepared {
             Ok(request) => {
@@ -219,6 +221,10 @@ impl Transition<'_> {
                     Some(node_id),
                     json!({ "nodeId": node_id, "attempt": attempt, "chunk": data }),
                 );
+            }
+            Progress::Usage(usage) => {
+                self.emit(types::PROVIDER_USAGE, Some(node_id), usage.payload(node_id));
+                self.state.ai.cost.get_or_insert_with(Default::default).add(&usage);
             }
         }
         Verdict::Applied

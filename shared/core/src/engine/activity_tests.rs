@@ -406,6 +406,42 @@ fn heartbeats_and_chunks_of_the_current_attempt_are_recorded_and_others_ignored(
 }
 
 #[test]
+fn usage_of_the_current_attempt_becomes_provider_usage_and_rolls_into_the_run_cost() {
+    let wf = compile(json!([call_node("call", json!({}))]), json!([]), json!({})).unwrap();
+    let mut state = pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 1_000);
+    apply(&wf, &mut state, Input::Step { node_id: "call".into(), activation: 1 }, 1_000);
+    let usage = |attempt, cost| Input::ActivityProgress {
+        node_id: "call".into(),
+        activation: 1,
+        attempt,
+        progress: crate::activity::Progress::Usage(crate::ai::usage::ProviderUsage {
+            provider: "openai".into(),
+            model: "gpt-test".into(),
+            input_tokens: 12,
+            output_tokens: 3,
+            cost_estimate_usd: cost,
+            cache_hit: None,
+            cache_read_tokens: None,
+            cache_write_tokens: None,
+        }),
+    };
+    let outcome = apply(&wf, &mut state, usage(0, Some(0.25)), 1_010);
+    assert_eq!(outcome.events[0].event_type, "provider.usage");
+    assert_eq!(outcome.events[0].payload["totalTokens"], 15);
+    assert_eq!(outcome.events[0].node_id.as_deref(), Some("call"));
+    apply(&wf, &mut state, usage(0, None), 1_020);
+    let cost = state.ai.cost.as_ref().expect("recorded");
+    assert_eq!((cost.input_tokens, cost.output_tokens, cost.usd, cost.calls), (24, 6, 0.25, 2));
+    // A superseded attempt's report changes nothing.
+    assert_eq!(
+        apply(&wf, &mut state, usage(1, None), 1_030).verdict,
+        Verdict::Ignored("progress of a superseded attempt")
+    );
+    assert_eq!(state.ai.cost.as_ref().map(|cost| cost.calls), Some(2));
+}
+
+#[test]
 fn no_call_goes_out_for_a_run_being_cancelled() {
     let nodes =
         json!([{"id": "s", "typeId": "core.noop"}, call_node("a", json!({})), {"id": "b", "typeId": "core.noop"}]);

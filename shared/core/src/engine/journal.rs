@@ -46,6 +46,7 @@ struct Header {
     orchestrator: Option<OrchestratorState>,
     child_runs: Vec<ChildRun>,
     outputs: serde_json::Map<String, Value>,
+    ai: crate::ai::AiState,
 }
 
 impl Header {
@@ -85,6 +86,7 @@ impl Header {
             disabled_capabilities: _,
             outputs,
             mocks_allowed: _,
+            ai,
         } = state;
         Self {
             status: *status,
@@ -102,6 +104,7 @@ impl Header {
             orchestrator: orchestrator.clone(),
             child_runs: child_runs.clone(),
             outputs: outputs.clone(),
+            ai: ai.clone(),
         }
     }
 
@@ -121,6 +124,7 @@ impl Header {
         state.orchestrator = self.orchestrator;
         state.child_runs = self.child_runs;
         state.outputs = self.outputs;
+        state.ai = self.ai;
     }
 }
 

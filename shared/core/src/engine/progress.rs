@@ -202,6 +202,8 @@ impl<'a> Transition<'a> {
                     inputs,
                     variables: &self.state.variables,
                     now: self.now,
+                    configurable: self.state.configurable.as_ref(),
+                    mocks_allowed: self.state.mocks_allowed,
                 }),
                 Err(error) => NodeOutcome::Failed(error),
             },

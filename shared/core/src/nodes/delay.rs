@@ -76,6 +76,8 @@ mod tests {
             inputs: object(inputs),
             variables: &variables,
             now: 1_000,
+            configurable: None,
+            mocks_allowed: false,
         })
     }
 

@@ -37,6 +37,11 @@ pub struct NodeContext<'a> {
     pub variables: &'a Map<String, Value>,
     /// Now.
     pub now: Millis,
+    /// The run's `configurable` (run options, fixed at creation).
+    pub configurable: Option<&'a Value>,
+    /// Whether the run may use mocks (a workflow of the global namespace, or a `test:seams`
+    /// caller on a host with its seams on): a mock provider, a mock agent.
+    pub mocks_allowed: bool,
 }
 
 /// What a node's execution produced.

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::Services;
+use crate::ai::mock::{MockProvider, MockRefusal};
 use crate::engine::{self, Input};
 use crate::error::ServiceError;
 use crate::model::Workflow;
@@ -66,6 +67,7 @@ impl Services {
         let request: CreateRunBody = serde_json::from_value(body.clone())
             .map_err(|_| ServiceError::validation("the request body is invalid", json!({})))?;
         refuse_unsupported(&request, principal)?;
+        self.check_mock_provider(request.configurable.as_ref(), principal)?;
         let (namespace, workflow) = self.find_workflow(&principal.tenant, &request.workflow_id).await?;
         if let Some(gap) = &workflow.gap {
             return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
@@ -188,6 +190,7 @@ pub(crate) fn new_run(
         disabled_capabilities: Vec::new(),
         outputs: Map::new(),
         mocks_allowed,
+        ai: crate::ai::AiState::default(),
     }
 }
 
@@ -196,6 +199,35 @@ fn replay_or_mismatch(record: IdempotencyRecord, key: &IdempotencyKey) -> Result
         Ok(CreateOutcome::Replayed(record))
     } else {
         Err(ServiceError::IdempotencyKeyMismatch)
+    }
+}
+
+impl Services {
+    /// `configurable.mockProvider`: only a `test:seams` caller on a host with its seams on
+    /// (`403 mock_provider_forbidden`), an id of the catalog (`400
+    /// unsupported_mock_provider`), a config that keeps its entry's rules.
+    fn check_mock_provider(&self, configurable: Option<&Value>, principal: &Principal) -> Result<(), ServiceError> {
+        let Some(mock) = configurable.and_then(|configurable| configurable.get("mockProvider")) else { return Ok(()) };
+        if !(self.test_seams && principal.test_scope) {
+            return Err(ServiceError::Rejected {
+                status: 403,
+                code: "mock_provider_forbidden",
+                message: "a mock provider needs a test:seams key on a host with its test seams enabled".to_owned(),
+                details: json!({ "field": "configurable.mockProvider" }),
+            });
+        }
+        match MockProvider::parse(mock) {
+            Ok(_) => Ok(()),
+            Err(refusal @ MockRefusal::Unsupported(_)) => Err(ServiceError::Rejected {
+                status: 400,
+                code: "unsupported_mock_provider",
+                message: "this host does not serve that mock provider".to_owned(),
+                details: refusal.details(),
+            }),
+            Err(MockRefusal::Invalid { field, message }) => {
+                Err(ServiceError::validation(message, json!({ "field": field })))
+            }
+        }
     }
 }
 
