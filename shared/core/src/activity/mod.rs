@@ -183,6 +183,14 @@ pub trait Activity: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether this kind calls a model. Its prepared request then names top-level string
+    /// fields `provider` and `model`, and the engine checks the run's budget (model policy,
+    /// exhausted dimensions) before each attempt; its executor reports every provider
+    /// invocation's usage as [`Progress::Usage`].
+    fn model_call(&self) -> bool {
+        false
+    }
+
     /// The per-attempt timeout the node's own config asks for (e.g. `config.timeoutMs`),
     /// and otherwise the kind's default. `settings.timeouts.attemptMs` may lower it.
     fn attempt_timeout_ms(&self, config: &Map<String, Value>) -> u64;
