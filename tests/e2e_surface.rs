@@ -240,7 +240,7 @@ async fn sse_rejects_unserved_modes_and_bad_buffers_and_serves_json_on_request()
     client.wait_terminal(&run_id, SPEC_DEADLINE).await;
     for (query, code) in [
         ("streamMode=bogus", "unsupported_stream_mode"),
-        ("streamMode=messages", "unsupported_stream_mode"),
+        ("streamMode=values,messages", "unsupported_stream_mode"),
         ("streamMode=values,updates", "unsupported_stream_mode"),
         ("bufferMs=9000", "validation_error"),
         ("bufferMs=abc", "validation_error"),
@@ -248,7 +248,7 @@ async fn sse_rejects_unserved_modes_and_bad_buffers_and_serves_json_on_request()
         let (status, body) = client.request("GET", &format!("/v1/runs/{run_id}/events?{query}"), None).await;
         assert_eq!((status, body["error"].as_str()), (400, Some(code)), "{query}: {body}");
         if code == "unsupported_stream_mode" {
-            assert_eq!(body["details"]["supported"], json!(["values", "updates", "debug"]));
+            assert_eq!(body["details"]["supported"], json!(["values", "updates", "debug", "messages"]));
         }
     }
     assert_eq!(

@@ -120,8 +120,9 @@ impl Discovery {
             "layer1RetentionSeconds": trellis_core::limits::IDEMPOTENCY_RETENTION_SECONDS,
             "crossRegion": "single-region",
         });
-        // Stream modes served on `GET /v1/runs/{runId}/events` (`messages` is not: no node
-        // here streams model tokens) and the `bufferMs` range that batches frames.
+        // Stream modes served on `GET /v1/runs/{runId}/events` (`messages`: the tokens model
+        // calls stream, as `ai.message.chunk` frames) and the `bufferMs` range that batches
+        // `updates`/`debug` frames.
         document["streaming"] = json!({
             "modes": crate::routes::stream::SERVED_MODES,
             "bufferMs": { "minimum": 0, "maximum": crate::routes::stream::MAX_BUFFER_MS },

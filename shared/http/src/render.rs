@@ -113,6 +113,10 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
     if let Some(error) = &run.error {
         doc["error"] = json!(error);
     }
+    if let Some(cost) = &run.ai.cost {
+        // The durable rollup of every `provider.usage` (absent until one was recorded).
+        doc["metrics"] = json!({ "openwopCost": cost.metrics() });
+    }
     if !run.outputs.is_empty() {
         // As on `run.completed`; a supervisor's terminate is under `outputs.terminate`.
         doc["outputs"] = json!(run.outputs);

@@ -142,18 +142,22 @@ async fn a_buffered_live_stream_flushes_what_it_holds_when_it_closes() {
 }
 
 #[tokio::test]
-async fn messages_stays_refused_and_discovery_lists_the_modes_served() {
+async fn messages_is_served_alone_or_with_updates_and_discovery_lists_the_modes_served() {
     let h = harness().await;
     let run_id = finished_run(&h).await;
-    for mode in ["messages", "values,updates", "updates,messages"] {
+    for mode in ["values,updates", "values,messages", "tokens"] {
         let answer = h.get(&format!("/v1/runs/{run_id}/events?streamMode={mode}"), "alice-key", &[SSE]).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{mode}");
         let body = answer.json();
         assert_envelope(&body, "unsupported_stream_mode");
-        assert_eq!(body["details"]["supported"], json!(["values", "updates", "debug"]));
+        assert_eq!(body["details"]["supported"], json!(["values", "updates", "debug", "messages"]));
+    }
+    for mode in ["messages", "updates,messages"] {
+        let answer = h.get(&format!("/v1/runs/{run_id}/events?streamMode={mode}"), "alice-key", &[SSE]).await;
+        assert_eq!(answer.status, StatusCode::OK, "{mode}");
     }
     let discovery = h.send("GET", "/.well-known/openwop", None, &[], None).await.json();
-    assert_eq!(discovery["streaming"]["modes"], json!(["values", "updates", "debug"]));
+    assert_eq!(discovery["streaming"]["modes"], json!(["values", "updates", "debug", "messages"]));
     assert_eq!(discovery["streaming"]["bufferMs"], json!({"minimum": 0, "maximum": 5000}));
 }
 

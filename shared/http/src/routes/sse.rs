@@ -14,7 +14,11 @@
 //! - `bufferMs` > 0 (`updates` / `debug`): admitted events are held and sent as one
 //!   `event: batch` frame whose data is the array of their documents and whose `id:` is the
 //!   highest sequence in it, `bufferMs` after the first event held; a terminal event, a
-//!   `node.suspended` and the end of the stream flush at once.
+//!   `node.suspended` and the end of the stream flush at once;
+//! - `messages` (alone or with `updates`/`debug`): each part of an `output.chunk` batch as an
+//!   `event: ai.message.chunk` frame whose data is the `outputChunk` payload (`{nodeId, runId,
+//!   chunk, isLast, meta?}`), never buffered; `id:` on the batch's last frame only. Alone,
+//!   nothing else is framed and the stream closes after the terminal event.
 
 use std::time::{Duration, Instant};
 
@@ -22,7 +26,7 @@ use axum::body::Bytes;
 use trellis_core::event::types;
 use trellis_core::ports::StoredEvent;
 
-use super::stream::Filter;
+use super::stream::{Base, Filter};
 use crate::event_json::{event_doc, run_events, write_doc};
 use crate::render::{wire_run_id, Wire};
 use crate::AppState;
@@ -112,7 +116,7 @@ impl Stream {
             if let Some(last) = events.last() {
                 self.cursor = Some(last.sequence);
             }
-            if self.filter == Filter::Values && (admitted || self.baseline) {
+            if self.filter.base == Base::Values && (admitted || self.baseline) {
                 self.baseline = false;
                 match self.snapshot_frame().await {
                     Some(snapshot) => chunk.bytes.extend(snapshot),
@@ -158,10 +162,13 @@ impl Stream {
         let mut out = Admitted::default();
         let id = wire_run_id(self.wire, &self.tenant, &self.run_id);
         for event in events {
+            if self.filter.projects(&event.event_type) {
+                out.bytes.extend(message_frames(&id, event));
+            }
             if self.filter.admits(&event.event_type) {
                 out.admitted = true;
-                match (self.filter, self.buffer) {
-                    (Filter::Values, _) => {}
+                match (self.filter.base, self.buffer) {
+                    (Base::Values, _) => {}
                     (_, Some(window)) => {
                         let mark = self.held.len();
                         if mark > 0 {
@@ -189,10 +196,52 @@ impl Stream {
     }
 }
 
+/// The `event: ai.message.chunk` frames of one `output.chunk` event (none when its chunk is
+/// not a model call's batch). Only the event's last frame carries `id:`, so a client that
+/// resumes from it has seen every part of the batch.
+fn message_frames(run_id: &str, event: &StoredEvent) -> Vec<u8> {
+    let Ok(payload) = serde_json::from_str::<serde_json::Value>(&event.payload_json) else { return Vec::new() };
+    let frames = trellis_core::ai::chunk::message_frames(run_id, &payload);
+    let count = frames.len();
+    let mut bytes = Vec::new();
+    for (index, payload) in frames.into_iter().enumerate() {
+        let id = (index + 1 == count).then_some(event.sequence);
+        bytes.extend(frame(id, "ai.message.chunk", payload.to_string().as_bytes()));
+    }
+    bytes
+}
+
 /// What one read produced.
 #[derive(Default)]
 struct Admitted {
     bytes: Vec<u8>,
     admitted: bool,
     flush: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_batch_becomes_one_message_frame_per_part_with_the_id_on_the_last() {
+        let payload = serde_json::json!({"nodeId": "ai", "attempt": 0, "chunk": {"parts": ["Hel", "lo"], "isLast": true, "meta": {"finishReason": "stop"}}});
+        let event = StoredEvent {
+            sequence: 7,
+            event_type: types::OUTPUT_CHUNK.to_owned(),
+            node_id: Some("ai".into()),
+            payload_json: payload.to_string(),
+            timestamp: 0,
+            causation: None,
+        };
+        let text = String::from_utf8(message_frames("r1", &event)).unwrap();
+        let frames: Vec<&str> = text.split("\n\n").filter(|frame| !frame.is_empty()).collect();
+        assert_eq!(frames.len(), 2);
+        assert!(frames[0].starts_with("event: ai.message.chunk\ndata: {"), "{}", frames[0]);
+        assert!(frames[1].starts_with("id: 7\nevent: ai.message.chunk\ndata: "), "{}", frames[1]);
+        let last: serde_json::Value = serde_json::from_str(frames[1].split_once("data: ").unwrap().1).unwrap();
+        assert_eq!(last["chunk"], "lo");
+        assert_eq!((last["isLast"].as_bool(), last["meta"]["finishReason"].as_str()), (Some(true), Some("stop")));
+        assert_eq!(last["runId"], "r1");
+    }
 }

@@ -2,9 +2,11 @@
 //! `Last-Event-ID`, in the protocol's order) and content negotiation: Server-Sent Events
 //! ([`super::sse`]) or, with `Accept: application/json`, the event list.
 //!
-//! Modes served: `updates` (default), `debug` (`updates,debug` is their union, i.e. `debug`)
-//! and `values` (alone; combined with another mode it is refused). `messages` is refused
-//! with `400 unsupported_stream_mode` (`details.supported` lists each mode served).
+//! Modes served: `updates` (default), `debug` (`updates,debug` is their union, i.e. `debug`),
+//! `values` (alone; combined with another mode it is refused) and `messages` (alone or with
+//! `updates`/`debug`): a model call's streamed tokens, each `output.chunk` batch projected as
+//! one `event: ai.message.chunk` frame per part (see `trellis_core::ai::chunk`). Anything
+//! else is `400 unsupported_stream_mode` (`details.supported` lists each mode served).
 //! `bufferMs` is an integer 0..=5000; above 0 `updates`/`debug` frames are batched.
 //! `Last-Event-ID` is an integer of -1 or more (`400 validation_error` naming the header
 //! otherwise); one past every possible sequence resumes after everything.
@@ -23,6 +25,8 @@ use axum::response::Response;
 use futures_util::stream;
 use serde_json::json;
 
+use trellis_core::event::types::OUTPUT_CHUNK;
+
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::event_json::{page_response, run_events, EventDocs, V1Page, V2Page};
@@ -32,44 +36,65 @@ use crate::AppState;
 use super::sse;
 
 /// The stream modes this host serves (discovery's `streaming.modes`).
-pub(crate) const SERVED_MODES: [&str; 3] = ["values", "updates", "debug"];
+pub(crate) const SERVED_MODES: [&str; 4] = ["values", "updates", "debug", "messages"];
 /// The largest `bufferMs`.
 pub(crate) const MAX_BUFFER_MS: u64 = 5000;
 
-/// Which events a stream carries.
+/// Which run events a stream frames as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Filter {
+pub(crate) enum Base {
+    /// None: `messages` alone.
+    Nothing,
     Updates,
     Debug,
     /// The `updates` events and `node.started`, each answered with a run snapshot.
     Values,
 }
 
+/// Which events a stream carries: a base tier, and with `messages` every `output.chunk`
+/// batch of a model call projected as `ai.message.chunk` frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Filter {
+    pub(crate) base: Base,
+    pub(crate) messages: bool,
+}
+
 impl Filter {
+    pub(crate) const UPDATES: Self = Self { base: Base::Updates, messages: false };
+
+    /// Whether `event_type` is framed as a run event.
     pub(crate) fn admits(self, event_type: &str) -> bool {
-        match self {
-            Self::Debug => true,
-            Self::Values => event_type == "node.started" || Self::Updates.admits(event_type),
-            Self::Updates => {
-                let excluded = matches!(
-                    event_type,
-                    "node.started"
-                        | "node.retried"
-                        | "variable.changed"
-                        | "version.pinned"
-                        | "log.appended"
-                        | "output.chunk"
-                        | "ai.message.chunk"
-                ) || event_type.starts_with("lease.")
-                    || event_type.starts_with("trellis.");
-                !excluded
-            }
+        match self.base {
+            Base::Nothing => false,
+            Base::Debug => !(self.messages && event_type == OUTPUT_CHUNK),
+            Base::Values => event_type == "node.started" || updates_admit(event_type),
+            Base::Updates => updates_admit(event_type),
         }
+    }
+
+    /// Whether `event_type` is projected as `ai.message.chunk` frames.
+    pub(crate) fn projects(self, event_type: &str) -> bool {
+        self.messages && event_type == OUTPUT_CHUNK
     }
 }
 
+fn updates_admit(event_type: &str) -> bool {
+    let excluded = matches!(
+        event_type,
+        "node.started"
+            | "node.retried"
+            | "variable.changed"
+            | "version.pinned"
+            | "log.appended"
+            | OUTPUT_CHUNK
+            | "ai.message.chunk"
+    ) || event_type.starts_with("lease.")
+        || event_type.starts_with("trellis.");
+    !excluded
+}
+
 fn parse_modes(query: &HashMap<String, String>) -> Result<Filter, ApiError> {
-    let Some(raw) = query.get("streamMode") else { return Ok(Filter::Updates) };
+    let Some(raw) = query.get("streamMode") else { return Ok(Filter::UPDATES) };
     let modes: Vec<&str> = raw.split(',').map(str::trim).filter(|mode| !mode.is_empty()).collect();
     let unsupported = || {
         ApiError::new(StatusCode::BAD_REQUEST, "unsupported_stream_mode", "this stream mode is not served")
@@ -89,13 +114,16 @@ fn parse_modes(query: &HashMap<String, String>) -> Result<Filter, ApiError> {
     if modes.iter().any(|mode| !SERVED_MODES.contains(mode)) {
         return Err(unsupported());
     }
-    Ok(if modes == ["values"] {
-        Filter::Values
+    let base = if modes == ["values"] {
+        Base::Values
     } else if modes.contains(&"debug") {
-        Filter::Debug
+        Base::Debug
+    } else if modes.contains(&"updates") {
+        Base::Updates
     } else {
-        Filter::Updates
-    })
+        Base::Nothing
+    };
+    Ok(Filter { base, messages: modes.contains(&"messages") })
 }
 
 /// The batch window `bufferMs` asks for (`None`: absent or `0`, unbuffered).
@@ -243,14 +271,27 @@ mod tests {
 
     #[test]
     fn modes_are_validated() {
-        assert_eq!(parse_modes(&query(&[])).unwrap(), Filter::Updates);
-        assert_eq!(parse_modes(&query(&[("streamMode", "updates,debug")])).unwrap(), Filter::Debug);
-        assert_eq!(parse_modes(&query(&[("streamMode", "values")])).unwrap(), Filter::Values);
-        for bad in ["values,updates", "debug,values", "messages", "updates,messages", "bogus", ""] {
+        let mode = |raw: &str| parse_modes(&query(&[("streamMode", raw)])).unwrap();
+        assert_eq!(parse_modes(&query(&[])).unwrap(), Filter::UPDATES);
+        assert_eq!(mode("updates,debug"), Filter { base: Base::Debug, messages: false });
+        assert_eq!(mode("values"), Filter { base: Base::Values, messages: false });
+        assert_eq!(mode("messages"), Filter { base: Base::Nothing, messages: true });
+        assert_eq!(mode("updates,messages"), Filter { base: Base::Updates, messages: true });
+        for bad in ["values,updates", "debug,values", "values,messages", "bogus", ""] {
             let error = parse_modes(&query(&[("streamMode", bad)])).unwrap_err();
             assert_eq!(error.code, "unsupported_stream_mode", "{bad}");
-            assert_eq!(error.details.unwrap()["supported"], json!(["values", "updates", "debug"]));
+            assert_eq!(error.details.unwrap()["supported"], json!(["values", "updates", "debug", "messages"]));
         }
+    }
+
+    #[test]
+    fn messages_projects_chunks_and_frames_nothing_else() {
+        let messages = Filter { base: Base::Nothing, messages: true };
+        assert!(messages.projects("output.chunk") && !messages.admits("output.chunk"));
+        assert!(!messages.admits("node.completed") && !messages.admits("run.completed"));
+        let debug = Filter { base: Base::Debug, messages: true };
+        assert!(debug.projects("output.chunk") && !debug.admits("output.chunk") && debug.admits("node.started"));
+        assert!(!Filter::UPDATES.projects("output.chunk") && !Filter::UPDATES.admits("output.chunk"));
     }
 
     #[test]
@@ -264,13 +305,15 @@ mod tests {
 
     #[test]
     fn updates_leave_out_node_started_and_vendor_events() {
-        assert!(Filter::Updates.admits("node.completed"));
-        assert!(Filter::Updates.admits("run.completed"));
-        assert!(!Filter::Updates.admits("node.started"));
-        assert!(!Filter::Updates.admits("trellis.worker.retry"));
-        assert!(Filter::Debug.admits("node.started"));
-        assert!(Filter::Values.admits("node.started"));
-        assert!(Filter::Values.admits("run.completed"));
-        assert!(!Filter::Values.admits("trellis.worker.retry"));
+        let debug = Filter { base: Base::Debug, messages: false };
+        let values = Filter { base: Base::Values, messages: false };
+        assert!(Filter::UPDATES.admits("node.completed"));
+        assert!(Filter::UPDATES.admits("run.completed"));
+        assert!(!Filter::UPDATES.admits("node.started"));
+        assert!(!Filter::UPDATES.admits("trellis.worker.retry"));
+        assert!(debug.admits("node.started"));
+        assert!(values.admits("node.started"));
+        assert!(values.admits("run.completed"));
+        assert!(!values.admits("trellis.worker.retry"));
     }
 }
