@@ -594,7 +594,7 @@ impl<'a> Transition<'a> {
         }
     }
 
-    fn fail_run(&mut self, error: RunError, failed_node: Option<&str>, cancel_reason: &str) {
+    pub(super) fn fail_run(&mut self, error: RunError, failed_node: Option<&str>, cancel_reason: &str) {
         self.close_pending_interrupts(InterruptState::Gone);
         self.cancel_active_nodes(cancel_reason);
         let mut payload = json!({ "error": error, "durationMs": self.elapsed_since_start() });
