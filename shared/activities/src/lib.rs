@@ -3,6 +3,9 @@
 //! The activity executors ([`trellis_core::activity::Activity`]) that need no cloud SDK,
 //! registered by the composition roots (CLI, Lambda functions):
 //!
+//! - [`ai`]: `core.ai.callPrompt` ([`ai::CallPromptActivity`]) over the host's configured
+//!   model providers ([`ai::parse_providers`]: OpenAI-compatible and Anthropic, policies,
+//!   prices), streaming, structured output and the run's mock providers;
 //! - [`http`]: `core.http.request` ([`http::HttpRequestActivity`]) over the one outbound HTTP
 //!   client ([`http::HttpClient`]: resolve → check every answer → pin → connect, redirects
 //!   off, a capped body) and its address policy ([`http::AllowList`]), with `config.auth`
@@ -12,6 +15,7 @@
 //! - [`secrets`]: the embedded host's secret resolvers (environment variables, a `0600`
 //!   secrets file) and `conformance.secret.echo` ([`secrets::SecretEchoActivity`]).
 
+pub mod ai;
 pub mod callback;
 pub mod http;
 pub mod secrets;

@@ -296,6 +296,72 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Whether a destination is checked against the private-destination policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Destination {
+    /// A workflow's URL: every resolved answer is checked against the [`AllowList`].
+    Checked,
+    /// An operator-configured base URL (a model provider): pinned, not checked.
+    Operator,
+}
+
+/// A response whose body is read as it arrives ([`HttpClient::open_operator`]). Dropping
+/// it closes the connection.
+pub struct StreamingResponse {
+    /// The status code (a 3xx is returned as is: redirects are not followed).
+    pub status: u16,
+    /// Every header, names lower-case, in order.
+    pub headers: Vec<(String, String)>,
+    body: hyper::body::Incoming,
+    url: String,
+    deadline: Option<(tokio::time::Instant, u64)>,
+    _connection: AbortOnDrop,
+}
+
+impl fmt::Debug for StreamingResponse {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.debug_struct("StreamingResponse").field("status", &self.status).finish_non_exhaustive()
+    }
+}
+
+impl StreamingResponse {
+    /// The next piece of the body, `None` at its end; a [`HttpError::Timeout`] once the
+    /// request's budget is spent.
+    pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, HttpError> {
+        loop {
+            let frame = match self.deadline {
+                Some((deadline, timeout_ms)) => match tokio::time::timeout_at(deadline, self.body.frame()).await {
+                    Ok(frame) => frame,
+                    Err(_elapsed) => return Err(HttpError::Timeout { url: self.url.clone(), timeout_ms }),
+                },
+                None => self.body.frame().await,
+            };
+            let Some(frame) = frame else { return Ok(None) };
+            let frame = frame.map_err(|error| HttpError::Network {
+                url: self.url.clone(),
+                message: format!("reading the body: {error}"),
+            })?;
+            if let Ok(data) = frame.into_data() {
+                return Ok(Some(data));
+            }
+        }
+    }
+
+    /// The whole body, cut at `cap` bytes (and whether it was cut).
+    pub async fn read_capped(&mut self, cap: usize) -> Result<(Vec<u8>, bool), HttpError> {
+        let mut body = Vec::new();
+        while let Some(data) = self.next_chunk().await? {
+            let room = cap - body.len();
+            if data.len() > room {
+                body.extend_from_slice(&data[..room]);
+                return Ok((body, true));
+            }
+            body.extend_from_slice(&data);
+        }
+        Ok((body, false))
+    }
+}
+
 impl HttpClient {
     /// A client over the given ports.
     pub fn new(settings: HttpSettings, resolver: Arc<dyn Resolver>, connector: Arc<dyn Connector>) -> Self {
@@ -316,6 +382,47 @@ impl HttpClient {
     pub async fn send(&self, request: OutboundRequest) -> Result<InboundResponse, HttpError> {
         let url = Url::parse(&request.url).map_err(|error| HttpError::Invalid(format!("invalid URL: {error}")))?;
         let target = Target { url: redact_url(&url), host: url.host_str().unwrap_or_default().to_owned() };
+        let tls = self.check_request(&url, &target, &request)?;
+        let request_timeout = request.timeout;
+        let timeout_ms = u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX);
+        let cap = self.settings.max_response_body_bytes;
+        let exchange = async {
+            let mut response = self.exchange(&url, &target, tls, request, Destination::Checked).await?;
+            let (body, body_truncated) = response.read_capped(cap).await?;
+            Ok(InboundResponse { status: response.status, headers: response.headers, body, body_truncated })
+        };
+        match tokio::time::timeout(request_timeout, exchange).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(HttpError::Timeout { url: target.url, timeout_ms }),
+        }
+    }
+
+    /// Opens one request to an operator-configured destination (a model provider's
+    /// `baseUrl`): the same URL, header and scheme checks, resolution, pinning and TLS as
+    /// [`HttpClient::send`], redirects still off, but the answers are **not** checked
+    /// against the private-destination policy (a local model server on loopback is the
+    /// operator's choice, never a workflow's). The head must arrive within the request's
+    /// timeout; the body is then read as it streams ([`StreamingResponse::next_chunk`])
+    /// within the same budget.
+    pub async fn open_operator(&self, request: OutboundRequest) -> Result<StreamingResponse, HttpError> {
+        let url = Url::parse(&request.url).map_err(|error| HttpError::Invalid(format!("invalid URL: {error}")))?;
+        let target = Target { url: redact_url(&url), host: url.host_str().unwrap_or_default().to_owned() };
+        let tls = self.check_request(&url, &target, &request)?;
+        let timeout_ms = u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX);
+        let deadline = tokio::time::Instant::now() + request.timeout;
+        match tokio::time::timeout_at(deadline, self.exchange(&url, &target, tls, request, Destination::Operator)).await
+        {
+            Ok(Ok(mut response)) => {
+                response.deadline = Some((deadline, timeout_ms));
+                Ok(response)
+            }
+            Ok(Err(error)) => Err(error),
+            Err(_elapsed) => Err(HttpError::Timeout { url: target.url, timeout_ms }),
+        }
+    }
+
+    /// The scheme, userinfo and header checks every request passes; whether it is `https`.
+    fn check_request(&self, url: &Url, target: &Target, request: &OutboundRequest) -> Result<bool, HttpError> {
         let tls = match url.scheme() {
             "http" => false,
             "https" => true,
@@ -336,11 +443,7 @@ impl HttpClient {
                 return Err(HttpError::Invalid(format!("{what} is set by the host and may not be sent")));
             }
         }
-        let timeout_ms = u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX);
-        match tokio::time::timeout(request.timeout, self.exchange(&url, &target, tls, request)).await {
-            Ok(result) => result,
-            Err(_elapsed) => Err(HttpError::Timeout { url: target.url, timeout_ms }),
-        }
+        Ok(tls)
     }
 
     async fn exchange(
@@ -349,7 +452,8 @@ impl HttpClient {
         target: &Target,
         tls: bool,
         request: OutboundRequest,
-    ) -> Result<InboundResponse, HttpError> {
+        destination: Destination,
+    ) -> Result<StreamingResponse, HttpError> {
         let network = |message: String| HttpError::Network { url: target.url.clone(), message };
         let port = url.port_or_known_default().unwrap_or(if tls { 443 } else { 80 });
         let (addresses, server_name) = match url.host() {
@@ -371,11 +475,13 @@ impl HttpClient {
             }
             None => return Err(HttpError::Invalid("the URL has no host".to_owned())),
         };
-        for address in &addresses {
-            self.settings
-                .allow
-                .check(*address)
-                .map_err(|reason: BlockReason| target.rejected(Some(*address), reason.as_str()))?;
+        if destination == Destination::Checked {
+            for address in &addresses {
+                self.settings
+                    .allow
+                    .check(*address)
+                    .map_err(|reason: BlockReason| target.rejected(Some(*address), reason.as_str()))?;
+            }
         }
         let pinned =
             SocketAddr::new(*addresses.first().ok_or_else(|| network("the name has no address".to_owned()))?, port);
@@ -391,7 +497,7 @@ impl HttpClient {
         let (mut sender, connection) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream))
             .await
             .map_err(|error| network(format!("handshake: {error}")))?;
-        let _connection = AbortOnDrop(tokio::spawn(async move {
+        let connection = AbortOnDrop(tokio::spawn(async move {
             // Its error surfaces through the request future; nothing to do here.
             let _ = connection.await;
         }));
@@ -400,11 +506,11 @@ impl HttpClient {
             Some(port) => format!("{}:{port}", url.host_str().unwrap_or_default()),
             None => url.host_str().unwrap_or_default().to_owned(),
         };
-        let target = match url.query() {
+        let path = match url.query() {
             Some(query) => format!("{}?{query}", url.path()),
             None => url.path().to_owned(),
         };
-        let mut builder = Request::builder().method(request.method).uri(target);
+        let mut builder = Request::builder().method(request.method).uri(path);
         let headers = builder.headers_mut().ok_or_else(|| HttpError::Invalid("invalid request".to_owned()))?;
         headers.insert(hyper::header::HOST, HeaderValue::from_str(&authority).map_err(|_| network("bad host".into()))?);
         headers.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
@@ -422,22 +528,14 @@ impl HttpClient {
             .iter()
             .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
             .collect();
-        let cap = self.settings.max_response_body_bytes;
-        let mut body = Vec::new();
-        let mut body_truncated = false;
-        let mut incoming = response.into_body();
-        while let Some(frame) = incoming.frame().await {
-            let frame = frame.map_err(|error| network(format!("reading the body: {error}")))?;
-            let Ok(data) = frame.into_data() else { continue };
-            let room = cap - body.len();
-            if data.len() > room {
-                body.extend_from_slice(&data[..room]);
-                body_truncated = true;
-                break;
-            }
-            body.extend_from_slice(&data);
-        }
-        Ok(InboundResponse { status, headers, body, body_truncated })
+        Ok(StreamingResponse {
+            status,
+            headers,
+            body: response.into_body(),
+            url: target.url.clone(),
+            deadline: None,
+            _connection: connection,
+        })
     }
 
     /// The TLS configuration, built on first use (it reads the system's root certificates).

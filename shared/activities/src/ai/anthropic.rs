@@ -1,0 +1,115 @@
+//! The Anthropic Messages wire format (`POST {baseUrl}/v1/messages`, `x-api-key`,
+//! `anthropic-version: 2023-06-01`): system messages go to `system`, `max_tokens` is
+//! required (default [`DEFAULT_MAX_TOKENS`]), streamed answers are `message_start` (model,
+//! input tokens), `content_block_delta` (`text_delta`), `message_delta` (stop reason,
+//! output tokens), `message_stop`, or `error`.
+
+use serde_json::{json, Value};
+
+use super::provider::{Answer, StreamState, Turn};
+
+/// The API version sent.
+pub const VERSION: &str = "2023-06-01";
+/// `max_tokens` when the node sets none (the API requires one).
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// The request body.
+pub fn body(turn: &Turn<'_>, stream: bool) -> Value {
+    let mut system = Vec::new();
+    let mut messages = Vec::new();
+    for message in turn.messages {
+        match message.get("role").and_then(Value::as_str) {
+            Some("system") => system.push(message.get("content").and_then(Value::as_str).unwrap_or_default()),
+            _ => messages.push(message.clone()),
+        }
+    }
+    let mut body = json!({
+        "model": turn.model,
+        "messages": messages,
+        "max_tokens": turn.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+    });
+    if !system.is_empty() {
+        body["system"] = json!(system.join("\n\n"));
+    }
+    if let Some(temperature) = turn.temperature {
+        // Anthropic's range is 0..1.
+        body["temperature"] = json!(temperature.min(1.0));
+    }
+    if stream {
+        body["stream"] = json!(true);
+    }
+    body
+}
+
+/// The stop reason in the chunk vocabulary.
+fn finish(reason: &str) -> String {
+    match reason {
+        "max_tokens" => "length",
+        "tool_use" => "tool_calls",
+        "refusal" => "content_filter",
+        _ => "stop",
+    }
+    .to_owned()
+}
+
+/// A whole (non-streamed) answer.
+pub fn parse(body: &Value) -> Result<Answer, String> {
+    let content = body.get("content").and_then(Value::as_array).ok_or("the answer has no content")?;
+    let text: String = content
+        .iter()
+        .filter(|block| block.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|block| block.get("text").and_then(Value::as_str))
+        .collect();
+    Ok(Answer {
+        text,
+        finish_reason: finish(body.get("stop_reason").and_then(Value::as_str).unwrap_or("end_turn")),
+        model: body.get("model").and_then(Value::as_str).map(str::to_owned),
+        input_tokens: body.pointer("/usage/input_tokens").and_then(Value::as_u64),
+        output_tokens: body.pointer("/usage/output_tokens").and_then(Value::as_u64),
+    })
+}
+
+/// One streamed event (see [`super::openai::on_event`]).
+pub fn on_event(event: Option<&str>, data: &str, state: &mut StreamState) -> Result<bool, String> {
+    let value: Value = serde_json::from_str(data).map_err(|_| "a streamed event is not JSON".to_owned())?;
+    let kind = event.or_else(|| value.get("type").and_then(Value::as_str)).unwrap_or_default();
+    match kind {
+        "message_start" => {
+            if let Some(model) = value.pointer("/message/model").and_then(Value::as_str) {
+                state.answer.model = Some(model.to_owned());
+            }
+            if let Some(input) = value.pointer("/message/usage/input_tokens").and_then(Value::as_u64) {
+                state.answer.input_tokens = Some(input);
+            }
+            if let Some(output) = value.pointer("/message/usage/output_tokens").and_then(Value::as_u64) {
+                state.answer.output_tokens = Some(output);
+            }
+        }
+        "content_block_delta" => {
+            if let Some(text) = value.pointer("/delta/text").and_then(Value::as_str) {
+                state.delta.push_str(text);
+            }
+        }
+        "message_delta" => {
+            if let Some(reason) = value.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                state.answer.finish_reason = finish(reason);
+            }
+            if let Some(output) = value.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                state.answer.output_tokens = Some(output);
+            }
+            if let Some(input) = value.pointer("/usage/input_tokens").and_then(Value::as_u64) {
+                state.answer.input_tokens = Some(input);
+            }
+        }
+        "message_stop" => return Ok(true),
+        "error" => {
+            return Err(value
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .unwrap_or("the stream reported an error")
+                .to_owned())
+        }
+        _ => {}
+    }
+    Ok(false)
+}

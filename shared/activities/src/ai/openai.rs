@@ -1,0 +1,92 @@
+//! The OpenAI-compatible chat-completions wire format (`POST {baseUrl}/chat/completions`,
+//! `Authorization: Bearer <key>`): the request body, a whole answer and the streamed
+//! `chat.completion.chunk` events (`data: [DONE]` ends the stream; with
+//! `stream_options.include_usage` the last chunk carries `usage`).
+
+use serde_json::{json, Value};
+
+use super::provider::{Answer, StreamState, Turn};
+
+/// The request body.
+pub fn body(turn: &Turn<'_>, stream: bool) -> Value {
+    let mut body = json!({ "model": turn.model, "messages": turn.messages });
+    if let Some(temperature) = turn.temperature {
+        body["temperature"] = json!(temperature);
+    }
+    if let Some(max) = turn.max_tokens {
+        body["max_tokens"] = json!(max);
+    }
+    if let Some(schema) = turn.schema {
+        body["response_format"] =
+            json!({ "type": "json_schema", "json_schema": { "name": "response", "schema": schema, "strict": true } });
+    }
+    if stream {
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({ "include_usage": true });
+    }
+    body
+}
+
+/// The finish reason in the chunk vocabulary (`stop`, `length`, `tool_calls`, `content_filter`).
+fn finish(reason: &str) -> String {
+    match reason {
+        "length" | "tool_calls" | "content_filter" => reason.to_owned(),
+        "function_call" => "tool_calls".to_owned(),
+        _ => "stop".to_owned(),
+    }
+}
+
+fn usage(answer: &mut Answer, usage: &Value) {
+    if let Some(input) = usage.get("prompt_tokens").and_then(Value::as_u64) {
+        answer.input_tokens = Some(input);
+    }
+    if let Some(output) = usage.get("completion_tokens").and_then(Value::as_u64) {
+        answer.output_tokens = Some(output);
+    }
+}
+
+/// A whole (non-streamed) answer.
+pub fn parse(body: &Value) -> Result<Answer, String> {
+    let choice = body
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|choices| choices.first())
+        .ok_or("the answer has no choices")?;
+    let mut answer = Answer {
+        text: choice.pointer("/message/content").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        finish_reason: finish(choice.get("finish_reason").and_then(Value::as_str).unwrap_or("stop")),
+        model: body.get("model").and_then(Value::as_str).map(str::to_owned),
+        ..Answer::default()
+    };
+    if let Some(reported) = body.get("usage") {
+        usage(&mut answer, reported);
+    }
+    Ok(answer)
+}
+
+/// One streamed event: its text delta (if any) goes to `state.delta`; `Ok(true)` once the
+/// stream is done.
+pub fn on_event(data: &str, state: &mut StreamState) -> Result<bool, String> {
+    if data.trim() == "[DONE]" {
+        return Ok(true);
+    }
+    let chunk: Value = serde_json::from_str(data).map_err(|_| "a streamed chunk is not JSON".to_owned())?;
+    if let Some(error) = chunk.get("error") {
+        return Err(error.get("message").and_then(Value::as_str).unwrap_or("the stream reported an error").to_owned());
+    }
+    if let Some(model) = chunk.get("model").and_then(Value::as_str) {
+        state.answer.model = Some(model.to_owned());
+    }
+    if let Some(reported) = chunk.get("usage").filter(|usage| usage.is_object()) {
+        usage(&mut state.answer, reported);
+    }
+    if let Some(choice) = chunk.get("choices").and_then(Value::as_array).and_then(|choices| choices.first()) {
+        if let Some(text) = choice.pointer("/delta/content").and_then(Value::as_str) {
+            state.delta.push_str(text);
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            state.answer.finish_reason = finish(reason);
+        }
+    }
+    Ok(false)
+}
