@@ -8,16 +8,19 @@
 //!   `metrics.openwopCost`);
 //! - [`mock`]: the run option `configurable.mockProvider` (the `run-options.md` catalog the
 //!   host serves: `stream-text`, `error`, `usage-only`) and its checks;
+//! - [`budget`]: the run option `configurable.budget` (RFC 0084), what the run consumed
+//!   and the `budget.*` events the engine emits as it enforces it;
 //! - [`chunk`]: the shape of a batch of streamed tokens inside `output.chunk`, which the
 //!   `messages` stream mode projects as `ai.message.chunk` frames.
 
+pub mod budget;
 pub mod chunk;
 pub mod mock;
 pub mod usage;
 
 use serde::{Deserialize, Serialize};
 
-/// The run's model-call state: its cost rollup so far. Part of the run header (a commit
+/// The run's model-call state: its cost rollup so far and its budget. Part of the run header (a commit
 /// that records usage rewrites it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -25,6 +28,9 @@ pub struct AiState {
     /// What the run's provider calls cost so far; `None` until one reported usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<usage::CostRollup>,
+    /// The run's budget (`configurable.budget`), from its start; `None` without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<budget::BudgetState>,
 }
 
 impl AiState {

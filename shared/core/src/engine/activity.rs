@@ -90,10 +90,13 @@ impl Transition<'_> {
             Ok(request) => {
                 let activation = {
                     let node = self.node_mut(node_id);
-                    node.status = NodeStatus::Executing;
                     node.activity = Some(ActivityProgress { attempt: 0, request, heartbeat: None });
                     node.activation
                 };
+                if !self.budget_admits(node_id, 0) {
+                    return;
+                }
+                self.node_mut(node_id).status = NodeStatus::Executing;
                 let due_at = self.now;
                 self.effects.push(Effect::Execute { node_id: node_id.to_owned(), activation, attempt: 0, due_at });
             }
@@ -163,6 +166,9 @@ impl Transition<'_> {
             Some(node_id),
             json!({ "nodeId": node_id, "attempt": next, "delayMs": delay, "lastError": last_error }),
         );
+        if !self.budget_retried(node_id) {
+            return;
+        }
         let due_at = self.now.saturating_add(delay);
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Retrying;
@@ -182,6 +188,9 @@ impl Transition<'_> {
             return Verdict::Later;
         }
         let Some(type_id) = self.workflow.node(node_id).map(|node| node.type_id.clone()) else { return Verdict::Stale };
+        if self.workflow.activity(node_id).is_some() && !self.budget_admits(node_id, attempt) {
+            return Verdict::Applied;
+        }
         self.emit_node_started(node_id, &type_id, attempt);
         if self.workflow.activity(node_id).is_none() {
             // An external-event node retried after its worker failed (see `control`).
@@ -225,6 +234,7 @@ impl Transition<'_> {
             Progress::Usage(usage) => {
                 self.emit(types::PROVIDER_USAGE, Some(node_id), usage.payload(node_id));
                 self.state.ai.cost.get_or_insert_with(Default::default).add(&usage);
+                self.budget_usage(node_id, &usage);
             }
         }
         Verdict::Applied

@@ -249,6 +249,9 @@ impl Transition<'_> {
         let resumed = json!({ "nodeId": node_id, "interruptId": record.id, "resumeValue": closing.resume_value });
         self.emit(types::NODE_RESUMED, Some(node_id), resumed);
         self.node_mut(node_id).wake_at = None;
+        if self.is_budget_gate(&record) {
+            return self.budget_resumed(&record, closing);
+        }
         if self.is_supervisor(node_id) && closing.failure.is_none() && !closing.refine {
             return self.supervisor_resumed(&record, &closing.resume_value);
         }
@@ -320,6 +323,9 @@ impl Transition<'_> {
         let last_error = json!({ "code": error.code, "message": error.message, "retryable": error.retryable });
         let payload = json!({ "nodeId": node_id, "attempt": next, "delayMs": delay, "lastError": last_error });
         self.emit(types::NODE_RETRIED, Some(node_id), payload);
+        if !self.budget_retried(node_id) {
+            return;
+        }
         let due_at = self.now.saturating_add(delay);
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Retrying;

@@ -7,6 +7,7 @@
 //! graph propagation it calls; `pause` how a `drain-current-node` pause drains.
 
 mod activity;
+mod budget;
 mod control;
 mod journal;
 mod orchestration;
@@ -410,6 +411,8 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
 
 #[cfg(test)]
 mod activity_tests;
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod callback_tests;
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //!
 //! | status                         | input            | result                                            |
 //! |--------------------------------|------------------|---------------------------------------------------|
-//! | pending                        | start            | running; `run.started`; entry node scheduled       |
+//! | pending                        | start            | running; `run.started` (+ `budget.reserved`); entry node scheduled |
 //! | pending                        | cancel           | cancelled; `run.cancelled`                         |
 //! | pending                        | step/wake/deadline | ignored (nothing was issued yet)                 |
 //! | running, waiting-*             | step             | execute the node, or stale if it moved on (other branches run while one node waits); later while a drain pause is pending |
@@ -68,7 +68,11 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
             tx.set_variables(variables)
         }
         (status, Input::SetVariables { .. }) => Verdict::Refused(Refusal::RunState(status)),
-        (Pending, Input::Start) => tx.start(),
+        (Pending, Input::Start) => {
+            let verdict = tx.start();
+            tx.reserve_budget();
+            verdict
+        }
         (Pending, Input::Cancel { reason }) => tx.cancel_now(reason),
         (Pending, Input::Step { .. } | Input::Wake { .. } | Input::Deadline) => Verdict::Ignored("run has not started"),
         (Running | WaitingApproval | WaitingInput | WaitingExternal, Input::Step { node_id, activation }) => {

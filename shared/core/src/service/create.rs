@@ -68,6 +68,7 @@ impl Services {
             .map_err(|_| ServiceError::validation("the request body is invalid", json!({})))?;
         refuse_unsupported(&request, principal)?;
         self.check_mock_provider(request.configurable.as_ref(), principal)?;
+        check_budget(request.configurable.as_ref())?;
         let (namespace, workflow) = self.find_workflow(&principal.tenant, &request.workflow_id).await?;
         if let Some(gap) = &workflow.gap {
             return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
@@ -270,6 +271,15 @@ fn check_configurable(workflow: &Workflow, configurable: Option<&Value>) -> Resu
             json!({ "violations": violations }),
         ))
     }
+}
+
+/// `configurable.budget` (RFC 0084, see [`crate::ai::budget`]): a closed policy. An unknown
+/// or wall-time field, or a bad value, is `400 validation_error` with `details.field` =
+/// `configurable.budget.<field>` and a message naming the rule.
+fn check_budget(configurable: Option<&Value>) -> Result<(), ServiceError> {
+    crate::ai::budget::BudgetPolicy::parse(configurable)
+        .map(|_| ())
+        .map_err(|refusal| ServiceError::validation(refusal.message, json!({ "field": refusal.field })))
 }
 
 /// The supervisor thresholds a run may set: `escalationThreshold` (CP-1, 0..1, default 0.7)
