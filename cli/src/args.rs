@@ -129,4 +129,52 @@ pub struct ServeArgs {
     /// reference upper-cased, `-` and `.` as `_`; read once at start; after the secrets file).
     #[arg(long, env = "TRELLIS_SECRETS_FROM_ENV")]
     pub secrets_from_env: bool,
+    /// Model providers for `core.ai.callPrompt`.
+    #[command(flatten)]
+    pub ai: AiArgs,
+}
+
+/// The model providers `core.ai.callPrompt` may call (host configuration: a workflow or a
+/// run only names a configured provider id). See docs/ai.md.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AiArgs {
+    /// A JSON file of model providers: `[{id, kind: "openai"|"anthropic", baseUrl,
+    /// credentialsRef?, models: [id | {id, inputUsdPerMTok?, outputUsdPerMTok?}], default?,
+    /// policy?: {mode: disabled|optional|required|restricted, allowedModels?: [glob]}}]`.
+    /// A `credentialsRef` resolves through the host's secrets (--secrets-file,
+    /// --secrets-from-env) for the run's tenant, inside each attempt. A `baseUrl` is pinned
+    /// and never redirected; it may be a loopback or private address (a local model server).
+    /// The host refuses to start on a bad entry, naming the field and the rule.
+    #[arg(long = "ai-providers", env = "TRELLIS_AI_PROVIDERS")]
+    pub providers_file: Option<PathBuf>,
+    /// Shorthand for one OpenAI-compatible provider `openai` at this base URL (e.g.
+    /// `https://api.openai.com/v1`; the client calls `{baseUrl}/chat/completions`), besides
+    /// those of --ai-providers.
+    #[arg(long, env = "TRELLIS_OPENAI_BASE_URL")]
+    pub openai_base_url: Option<String>,
+    /// The key of the shorthand `openai` provider (`Authorization: Bearer`). Held as a secret:
+    /// never printed or logged. Prefer the environment variable to the flag.
+    #[arg(long, env = "TRELLIS_OPENAI_API_KEY", hide_env_values = true)]
+    pub openai_api_key: Option<SecretArg>,
+    /// The models of the shorthand `openai` provider, comma-separated (the first is the default).
+    #[arg(long, env = "TRELLIS_OPENAI_MODELS", value_delimiter = ',', default_value = "gpt-4o-mini")]
+    pub openai_models: Vec<String>,
+}
+
+/// A secret given on the command line or in the environment: its `Debug` never shows it.
+#[derive(Clone)]
+pub struct SecretArg(pub std::sync::Arc<trellis_core::secrets::Secret>);
+
+impl std::fmt::Debug for SecretArg {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, formatter)
+    }
+}
+
+impl std::str::FromStr for SecretArg {
+    type Err = std::convert::Infallible;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Ok(Self(std::sync::Arc::new(trellis_core::secrets::Secret::new(value))))
+    }
 }

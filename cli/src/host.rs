@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
+use trellis_activities::ai::{parse_providers, CallPromptActivity, Providers};
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{AllowList, HttpClient, HttpRequestActivity, HttpSettings};
 use trellis_activities::secrets::{EnvSecrets, FileSecrets, SecretChain, SecretEchoActivity};
@@ -16,7 +17,7 @@ use trellis_core::interrupt::callback::{CallbackSender, Callbacks};
 use trellis_core::limits::HostLimits;
 use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
-use trellis_core::secrets::SecretResolver;
+use trellis_core::secrets::{Secret, SecretResolver};
 use trellis_core::service::{Ports, Services};
 use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_sqlite::SqliteStore;
@@ -60,8 +61,45 @@ pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
     let max_response_body_bytes = usize::try_from(args.http_max_response_bytes).unwrap_or(usize::MAX);
     let http = HttpClient::system(HttpSettings { allow, max_response_body_bytes, ..HttpSettings::default() });
     let secrets = secret_resolver(args)?;
-    let nodes = NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())));
+    let providers = ai_providers(args)?;
+    let ai = CallPromptActivity::new(http.clone(), providers, secrets.clone(), args.test_seams);
+    let nodes = NodeRegistry::new()
+        .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
+        .register(Arc::new(ai));
     Ok(if args.test_seams { nodes.register(Arc::new(SecretEchoActivity::new(secrets))) } else { nodes })
+}
+
+/// The model providers of `core.ai.callPrompt`: the `--ai-providers` file, then the
+/// `TRELLIS_OPENAI_BASE_URL` shorthand. None configured is fine: a real model call then fails
+/// with `provider_not_supported` (the run's mock providers still answer).
+pub fn ai_providers(args: &ServeArgs) -> Result<Providers, StartError> {
+    let mut providers = match &args.ai.providers_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|error| {
+                StartError::Setting(format!(
+                    "--ai-providers / TRELLIS_AI_PROVIDERS: cannot read {}: {error}",
+                    path.display()
+                ))
+            })?;
+            parse_providers(&text)
+                .map_err(|error| StartError::Setting(format!("--ai-providers / TRELLIS_AI_PROVIDERS: {error}")))?
+        }
+        None => Providers::none(),
+    };
+    if let Some(base_url) = &args.ai.openai_base_url {
+        let key = args.ai.openai_api_key.as_ref().map(|key| Secret::new(key.0.expose().to_vec()));
+        providers
+            .add_openai_shorthand(base_url, key, args.ai.openai_models.clone())
+            .map_err(|error| StartError::Setting(format!("--openai-base-url / TRELLIS_OPENAI_*: {error}")))?;
+    } else if args.ai.openai_api_key.is_some() {
+        return Err(StartError::Setting(
+            "TRELLIS_OPENAI_API_KEY is set without TRELLIS_OPENAI_BASE_URL (the shorthand needs both)".to_owned(),
+        ));
+    }
+    for provider in providers.list() {
+        info!(id = %provider.id, kind = provider.kind.as_str(), models = provider.models.len(), "model provider configured");
+    }
+    Ok(providers)
 }
 
 /// The sender of external-event notifies (`docs/callbacks.md`): the same SSRF-guarded client

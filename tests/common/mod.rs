@@ -44,6 +44,7 @@ pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
         http_max_response_bytes: 1_048_576,
         secrets_file: None,
         secrets_from_env: false,
+        ai: Default::default(),
     }
 }
 

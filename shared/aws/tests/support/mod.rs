@@ -331,6 +331,7 @@ pub async fn embedded_host(hold_worker: bool, workflows: &[Value]) -> (trellis::
         http_max_response_bytes: 1_048_576,
         secrets_file: None,
         secrets_from_env: false,
+        ai: Default::default(),
     };
     let options = trellis::host::HostOptions { api_key: Some(KEY.to_owned()), hold_worker, ..Default::default() };
     let host = trellis::host::EmbeddedHost::start(&args, options).await.expect("embedded host");
