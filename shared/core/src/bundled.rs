@@ -148,6 +148,19 @@ pub const FIXTURES: &[(&str, &str)] = &[
         "openwop-smoke-byok-roundtrip.json",
         include_str!("../../../conformance/fixtures/openwop-smoke-byok-roundtrip.json"),
     ),
+    (
+        "conformance-agent-reasoning.json",
+        include_str!("../../../conformance/fixtures/conformance-agent-reasoning.json"),
+    ),
+    (
+        "conformance-agent-reasoning-streaming.json",
+        include_str!("../../../conformance/fixtures/conformance-agent-reasoning-streaming.json"),
+    ),
+    (
+        "conformance-agent-low-confidence.json",
+        include_str!("../../../conformance/fixtures/conformance-agent-low-confidence.json"),
+    ),
+    ("openwop-smoke-cost-emit.json", include_str!("../../../conformance/fixtures/openwop-smoke-cost-emit.json")),
 ];
 
 /// The fixture ids the expectation table covers, in table order.

@@ -63,6 +63,18 @@ pub mod types {
     pub const RUN_ORCHESTRATOR_DECIDED: &str = "runOrchestrator.decided";
     /// A run variable was set from outside the run (the test seam).
     pub const VARIABLE_CHANGED: &str = "variable.changed";
+    /// A chunk of an agent's reasoning while the block is open (RFC 0024).
+    pub const AGENT_REASONING_DELTA: &str = "agent.reasoning.delta";
+    /// An agent's reasoning (the closing, authoritative text).
+    pub const AGENT_REASONED: &str = "agent.reasoned";
+    /// An agent invoked a tool.
+    pub const AGENT_TOOL_CALLED: &str = "agent.toolCalled";
+    /// A tool an agent invoked returned (caused by its `agent.toolCalled`).
+    pub const AGENT_TOOL_RETURNED: &str = "agent.toolReturned";
+    /// Control passed from one agent to another.
+    pub const AGENT_HANDOFF: &str = "agent.handoff";
+    /// An agent's typed decision, with its confidence.
+    pub const AGENT_DECIDED: &str = "agent.decided";
 
     /// Whether `event_type` ends a run.
     pub fn is_terminal(event_type: &str) -> bool {

@@ -90,6 +90,26 @@ pub struct CostRollup {
     pub provider: Option<String>,
     /// Provider invocations recorded.
     pub calls: u64,
+    /// The currency of `usd` (ISO 4217, upper-case), when one was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+}
+
+/// Cost figures recorded without a provider invocation: the allow-listed `openwop.cost.*`
+/// attributes (`observability.md`, "Cost attribution attributes") a node reports, already
+/// sanitized — every other key dropped, currency upper-case.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CostAttributes {
+    /// `openwop.cost.tokens.input`.
+    pub input_tokens: Option<u64>,
+    /// `openwop.cost.tokens.output`.
+    pub output_tokens: Option<u64>,
+    /// `openwop.cost.usd`.
+    pub usd: Option<f64>,
+    /// `openwop.cost.provider`.
+    pub provider: Option<String>,
+    /// `openwop.cost.currency`, upper-case.
+    pub currency: Option<String>,
 }
 
 impl CostRollup {
@@ -101,6 +121,23 @@ impl CostRollup {
         self.model = Some(usage.model.clone());
         self.provider = Some(usage.provider.clone());
         self.calls = self.calls.saturating_add(1);
+        if usage.cost_estimate_usd.is_some() {
+            self.currency = Some(CURRENCY.to_owned());
+        }
+    }
+
+    /// Adds figures a node reported without a provider invocation (no call is counted); a
+    /// provider or currency it names is the latest.
+    pub fn add_attributes(&mut self, attributes: &CostAttributes) {
+        self.usd += attributes.usd.unwrap_or(0.0).max(0.0);
+        self.input_tokens = self.input_tokens.saturating_add(attributes.input_tokens.unwrap_or(0));
+        self.output_tokens = self.output_tokens.saturating_add(attributes.output_tokens.unwrap_or(0));
+        if let Some(provider) = &attributes.provider {
+            self.provider = Some(provider.clone());
+        }
+        if let Some(currency) = &attributes.currency {
+            self.currency = Some(currency.clone());
+        }
     }
 
     /// `metrics.openwopCost`: `{usd, tokens{input, output}, model?, provider?}`.

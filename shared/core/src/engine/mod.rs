@@ -7,6 +7,7 @@
 //! graph propagation it calls; `pause` how a `drain-current-node` pause drains.
 
 mod activity;
+mod agent;
 mod budget;
 mod control;
 mod journal;
@@ -105,6 +106,18 @@ pub enum Input {
     SetVariables {
         /// Name → value.
         variables: serde_json::Map<String, serde_json::Value>,
+    },
+    /// One provider invocation's usage reported from outside the run (the test seam
+    /// `emit-provider-usage`): one `provider.usage`, rolled into the run's cost.
+    RecordUsage {
+        /// The node it is attributed to.
+        node_id: Option<String>,
+        /// The event's payload (the closed `providerUsage` shape, already checked).
+        payload: serde_json::Value,
+        /// Its figures.
+        usage: crate::ai::usage::ProviderUsage,
+        /// The sequence of the event that caused it (an event of this run).
+        causation: Option<u64>,
     },
     /// An activity attempt ended (its executor returned, or the worker's bound ran out).
     ActivityFinished {
@@ -411,6 +424,8 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
 
 #[cfg(test)]
 mod activity_tests;
+#[cfg(test)]
+mod agent_tests;
 #[cfg(test)]
 mod budget_tests;
 #[cfg(test)]

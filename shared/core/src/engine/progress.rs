@@ -226,6 +226,8 @@ impl<'a> Transition<'a> {
             NodeOutcome::Suspend(request) => self.suspend(node_id, request),
             NodeOutcome::Decide => self.decide(node_id),
             NodeOutcome::Dispatch => self.dispatch(node_id),
+            NodeOutcome::ScriptedAgent => self.agent_turn(node_id),
+            NodeOutcome::RecordCost(attributes) => self.record_cost(node_id, &attributes),
         }
         Verdict::Applied
     }

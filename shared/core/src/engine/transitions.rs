@@ -31,6 +31,8 @@
 //! | running, waiting-* (pause pending) | resume       | the pending pause is withdrawn; held steps re-issued; no event |
 //! | running, paused, waiting-*     | set variables    | the variables change; `variable.changed` each (test seam) |
 //! | any other                      | set variables    | refused (`run_state_conflict`)                     |
+//! | running, paused, waiting-*     | record usage     | `provider.usage`, rolled into the run's cost (test seam); a causation that is no event of the run: refused |
+//! | any other                      | record usage     | refused (`run_state_conflict`)                     |
 //! | any other                      | resume           | refused (`run_state_conflict`)                     |
 //! | running, paused, waiting-*     | activity finished | current attempt: node completes, retries (`node.retried`, backoff timer) or fails (a failure route, or the run fails); a superseded attempt's result: ignored |
 //! | running, paused, waiting-*     | activity progress | current attempt: heartbeat kept / `output.chunk`; superseded: ignored |
@@ -68,6 +70,11 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
             tx.set_variables(variables)
         }
         (status, Input::SetVariables { .. }) => Verdict::Refused(Refusal::RunState(status)),
+        (
+            Running | Paused | WaitingApproval | WaitingInput | WaitingExternal,
+            Input::RecordUsage { node_id, payload, usage, causation },
+        ) => tx.record_usage(node_id.as_deref(), payload, &usage, causation),
+        (status, Input::RecordUsage { .. }) => Verdict::Refused(Refusal::RunState(status)),
         (Pending, Input::Start) => {
             let verdict = tx.start();
             tx.reserve_budget();

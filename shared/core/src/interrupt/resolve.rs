@@ -3,7 +3,8 @@
 //! Order of checks: the auth-required profile (a token may not resolve), the resume schema,
 //! then the kind's own rules — approvals: the approver list, `refine` needs `refineFeedback`,
 //! `edit-accept` needs `editedArtifactData`, then the vote and the quorum; clarifications:
-//! every question answered; external events: every correlation key matches.
+//! every question answered; external events: every correlation key matches; low confidence:
+//! `{action: "reject"}` fails the node (`interrupt_rejected`), any other value resumes it.
 
 use serde_json::{json, Map, Value};
 
@@ -93,6 +94,13 @@ pub fn judge(
             let mut outputs = Map::new();
             outputs.insert("event".into(), value.clone());
             Ok(close("received", outputs, value.clone()))
+        }
+        InterruptKind::LowConfidence if value.get("action").and_then(Value::as_str) == Some("reject") => {
+            let mut judgement = close("reject", Map::new(), value.clone());
+            if let Some(closing) = judgement.closing.as_mut() {
+                closing.failure = Some(RunError::new("interrupt_rejected", "the low-confidence decision was rejected"));
+            }
+            Ok(judgement)
         }
         _ => {
             let mut outputs = Map::new();

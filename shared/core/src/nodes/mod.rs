@@ -4,10 +4,12 @@
 //! side effects are [`crate::activity::Activity`]s, registered per backend in a
 //! [`NodeRegistry`] (see `docs/architecture.md`, "Adding a work node").
 
+pub mod cost_emit;
 mod delay;
 mod fail;
 mod gates;
 mod identity;
+pub mod mock_agent;
 mod noop;
 mod orchestration;
 mod registry;
@@ -64,6 +66,12 @@ pub enum NodeOutcome {
     Decide,
     /// Act on the latest recorded decision (`core.dispatch`).
     Dispatch,
+    /// Play the node's scripted agent turn (`core.conformance.mock-agent`): the engine emits
+    /// its `agent.*` events, then completes the node or suspends it on low confidence.
+    ScriptedAgent,
+    /// Roll these cost figures into the run's cost rollup, then complete with no outputs
+    /// (`conformance.cost.emit`).
+    RecordCost(crate::ai::usage::CostAttributes),
 }
 
 /// One node kind.
@@ -97,7 +105,36 @@ static PURE_KINDS: &[&dyn NodeKind] = &[
     &orchestration::Supervisor,
     &orchestration::Dispatch,
     &requires::RequiresMissing,
+    &mock_agent::MockAgent,
+    &cost_emit::CostEmit,
 ];
+
+/// The conformance-only kinds: runnable in the read-only global namespace and for runs
+/// whose `mocks_allowed` holds; refused at a tenant's registration unless the caller holds
+/// the test scope on a host with its seams on.
+pub const MOCK_TYPE_IDS: [&str; 2] = [mock_agent::TYPE_ID, cost_emit::TYPE_ID];
+
+/// A conformance-only kind run where mocks are not allowed: `typeId_refused`.
+pub(crate) fn refused_mock(type_id: &str) -> RunError {
+    RunError::new(
+        "typeId_refused",
+        format!(
+            "`{type_id}` is conformance-only: it runs in the host's own (global) workflows or for runs created by \
+             a test-scope key with the test seams on"
+        ),
+    )
+}
+
+/// The first node of `definition` with a conformance-only kind, as `(node index, node id,
+/// type id)`.
+pub fn find_mock_node(definition: &WorkflowDefinition) -> Option<(usize, &str, &str)> {
+    definition
+        .nodes
+        .iter()
+        .enumerate()
+        .find(|(_, node)| MOCK_TYPE_IDS.contains(&node.type_id.as_str()))
+        .map(|(index, node)| (index, node.id.as_str(), node.type_id.as_str()))
+}
 
 /// The pure kind implementing `type_id`, if the engine has one.
 pub fn kind(type_id: &str) -> Option<&'static dyn NodeKind> {

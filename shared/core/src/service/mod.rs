@@ -9,6 +9,7 @@ mod idempotency;
 mod inline;
 mod seam_dispatch;
 mod seams;
+mod seams_usage;
 mod workflows;
 
 use std::collections::HashMap;
@@ -29,6 +30,7 @@ pub(crate) use create::new_run;
 pub use create::{CreateOutcome, IdempotencyKey};
 pub use idempotency::Begin;
 pub use seam_dispatch::{logical_invocation_id, PerItemRequest, CLAIM_ENDPOINT};
+pub use seams_usage::UsageRequest;
 pub use workflows::{read_definition_files, DefinitionFiles, ListedWorkflow, LoadReport};
 
 pub use commit::{backoff_ceiling_ms, CommitHooks, NoHooks, BACKOFF_BASE_MS, BACKOFF_CAP_MS, MAX_CONFLICT_RETRIES};

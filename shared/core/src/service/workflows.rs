@@ -81,14 +81,52 @@ impl Services {
     /// Registers a definition for `tenant` (`POST /v1/workflows`). Versions are immutable:
     /// the same document again is accepted (`false`: nothing new), another document under an
     /// existing version label is a conflict. A definition this host cannot run is refused.
+    ///
+    /// Conformance-only node kinds ([`crate::nodes::MOCK_TYPE_IDS`]) are refused here
+    /// (`400`, rule `typeId_refused`); [`Services::register_workflow_as`] admits them for a
+    /// test-scope caller on a host with its seams on.
     pub async fn register_workflow(
         &self,
         tenant: &str,
         document: Value,
     ) -> Result<(Arc<Workflow>, bool), ServiceError> {
+        self.register_checked(tenant, document, false).await
+    }
+
+    /// [`Services::register_workflow`] for `principal`'s tenant: a test-scope principal on a
+    /// host with its test seams on may register conformance-only kinds (the mock agent, the
+    /// cost emitter), like the global namespace's fixtures.
+    pub async fn register_workflow_as(
+        &self,
+        principal: &crate::run::Principal,
+        document: Value,
+    ) -> Result<(Arc<Workflow>, bool), ServiceError> {
+        let mocks_allowed = self.test_seams && principal.test_scope;
+        self.register_checked(&principal.tenant, document, mocks_allowed).await
+    }
+
+    async fn register_checked(
+        &self,
+        tenant: &str,
+        document: Value,
+        mocks_allowed: bool,
+    ) -> Result<(Arc<Workflow>, bool), ServiceError> {
         let document = crate::model::normalize_spelling(document);
         self.refusal_scan(&document).await?;
         let workflow = Workflow::compile_with(document, &self.nodes, self.bounds())?;
+        if let Some((index, node_id, type_id)) = crate::nodes::find_mock_node(&workflow.definition) {
+            if !mocks_allowed {
+                return Err(crate::error::DefinitionError::Invalid {
+                    path: format!("/nodes/{index}/typeId"),
+                    rule: "typeId_refused",
+                    message: format!(
+                        "node `{node_id}`: `{type_id}` is conformance-only; a tenant may register it only with a \
+                         test-scope key on a host with its test seams on"
+                    ),
+                }
+                .into());
+            }
+        }
         if let Some(gap) = &workflow.gap {
             return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
         }
