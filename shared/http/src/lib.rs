@@ -83,6 +83,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/host/sample/dispatch/per-item", post(routes::seams::per_item_dispatch))
         .route("/v1/host/sample/test/idempotency/concurrent-claim", post(routes::seams::concurrent_claim))
         .route("/v1/host/sample/test/runs/{run_id}/variables", post(routes::seams::set_variables))
+        .route("/v1/host/sample/test/emit-provider-usage", post(routes::seams_usage::emit_provider_usage))
         .route("/v1/workflows/{workflow_id}", get(routes::workflows::get_workflow))
         .merge(v2::routes())
         .fallback(routes::fallback)

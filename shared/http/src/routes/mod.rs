@@ -7,6 +7,7 @@ pub(crate) mod interrupts;
 pub(crate) mod list;
 pub(crate) mod runs;
 pub(crate) mod seams;
+pub(crate) mod seams_usage;
 pub(crate) mod sse;
 pub(crate) mod stream;
 pub(crate) mod workflows;

@@ -17,6 +17,7 @@
 //!   `201` (registration in the caller's tenant, test-harness spelling accepted);
 //! - `POST /v1/host/sample/test/runs/{runId}/variables` `{variables: {…}}` → `200` with the
 //!   run's variables (a `variable.changed` event each).
+//! - `POST /v1/host/sample/test/emit-provider-usage`: see [`super::seams_usage`].
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -33,8 +34,9 @@ use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::AppState;
 
-/// The seam's gate: enabled on this host, and the key names the test scope.
-fn gate(caller: &Caller, state: &AppState) -> Result<(), ApiError> {
+/// The seam's gate: enabled on this host, and the key names the test scope (every seam
+/// module's).
+pub(super) fn gate(caller: &Caller, state: &AppState) -> Result<(), ApiError> {
     if !state.services.test_seams {
         return Err(ApiError::not_found("route"));
     }
@@ -86,7 +88,7 @@ pub(crate) async fn register_workflow(
     gate(&caller, &state)?;
     let document = json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
     let document = trellis_core::model::chain_in_array_order(document);
-    let (workflow, _) = state.services.register_workflow(caller.tenant(), document).await?;
+    let (workflow, _) = state.services.register_workflow_as(&caller.principal, document).await?;
     let body = json!({ "workflowId": workflow.id(), "version": workflow.definition.version, "contentHash": workflow.content_hash });
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }

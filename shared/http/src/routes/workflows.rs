@@ -73,7 +73,9 @@ pub(crate) async fn get_workflow(
 /// tenant. `201` for a new version, `200` when the same document is registered again,
 /// `409 version_conflict` for other content under an existing version, `422
 /// capability_required` when this host cannot run it, `400 validation_error` for a
-/// definition that breaks the schema or the graph rules.
+/// definition that breaks the schema or the graph rules (a conformance-only node kind, such
+/// as `core.conformance.mock-agent`, is refused with `details.rule: typeId_refused` unless the
+/// key holds `test:seams` on a host with its seams on).
 pub(crate) async fn register(
     caller: Caller,
     State(state): State<AppState>,
@@ -82,7 +84,7 @@ pub(crate) async fn register(
     use axum::response::IntoResponse;
     caller.require(Scope::WorkflowsWrite)?;
     let document = super::json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
-    let (workflow, created) = state.services.register_workflow(caller.tenant(), document).await?;
+    let (workflow, created) = state.services.register_workflow_as(&caller.principal, document).await?;
     let status = if created { axum::http::StatusCode::CREATED } else { axum::http::StatusCode::OK };
     let body = serde_json::json!({
         "workflowId": workflow.id(),
