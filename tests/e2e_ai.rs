@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::{serve_args, start, Client, KEY};
+use common::{serve_args, start, Client, Reference, KEY};
 use serde_json::{json, Value};
 use trellis::host::{EmbeddedHost, HostOptions};
 use trellis_testkit::fake_model::{FakeModel, ModelReply};
@@ -311,4 +311,47 @@ async fn a_bad_providers_file_stops_the_host_naming_the_field() {
         .expect("the host refuses to start");
     let message = error.to_string();
     assert!(message.contains("providers[0].kind") && message.contains("anthropic"), "{message}");
+}
+
+#[tokio::test]
+async fn ai_discovery_blocks_and_events_match_the_official_schemas() {
+    let _logs = logs();
+    let Some(reference) = Reference::load("ai_discovery_blocks_and_events_match_the_official_schemas") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let (host, client) = host_with(&model, dir.path()).await;
+    let discovery: Value =
+        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    let capabilities = |name: &str| format!("capabilities.schema.json#/properties/{name}");
+    reference.assert_invalid(&capabilities("aiProviders"), &json!({"supported": "oa"}));
+    for block in ["aiProviders", "providerUsage"] {
+        reference.assert_valid(&capabilities(block), &discovery[block]);
+    }
+    register(
+        &client,
+        workflow(
+            "schema-stream",
+            json!({"id": "ask", "typeId": "core.ai.callPrompt",
+            "config": {"prompt": "stream", "stream": true}}),
+        ),
+    )
+    .await;
+    model.push(ModelReply::tokens(["a", "b", "c"]).usage(1, 3));
+    let (_, snapshot, events) = run(&client, "schema-stream", json!({})).await;
+    assert_eq!(snapshot["status"], "completed", "{snapshot}");
+    for event in of_type(&events, "provider.usage") {
+        reference.assert_valid("run-event-payloads.schema.json#/$defs/providerUsage", &event["payload"]);
+    }
+    for event in &events {
+        reference.assert_valid("run-event.schema.json", event);
+    }
+    host.stop().await;
+
+    let mut args = serve_args(None);
+    args.test_seams = true;
+    let host = start(args).await;
+    let discovery: Value =
+        reqwest::get(format!("http://{}/.well-known/openwop", host.addr)).await.unwrap().json().await.unwrap();
+    reference.assert_valid(&capabilities("testing"), &discovery["testing"]);
+    host.stop().await;
 }

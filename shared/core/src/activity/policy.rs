@@ -104,6 +104,20 @@ impl RetryPolicy {
     }
 }
 
+impl RetryPolicy {
+    /// [`RetryPolicy::delay_ms`] for a retry after `error`: when the error says how long the
+    /// remote side asked to wait (`details.retryAfterMs`, e.g. a provider's 429 `Retry-After`),
+    /// at least that, capped by `maxIntervalMs`.
+    pub fn delay_after_ms(&self, attempt: u32, seed: &str, error: &ActivityError) -> u64 {
+        let drawn = self.delay_ms(attempt, seed);
+        let asked = error.details.as_ref().and_then(|details| details.get("retryAfterMs")).and_then(Value::as_u64);
+        match asked {
+            Some(asked) => drawn.max(asked.min(self.max_interval_ms)),
+            None => drawn,
+        }
+    }
+}
+
 /// Time bounds of an activity node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Timeouts {
@@ -270,6 +284,22 @@ mod tests {
 
     fn parse(settings: Value) -> Result<NodePolicy, PolicyIssue> {
         NodePolicy::parse(settings.as_object().unwrap())
+    }
+
+    #[test]
+    fn a_retry_after_in_the_details_lengthens_the_delay_up_to_the_cap() {
+        let policy = RetryPolicy {
+            jitter: Jitter::None,
+            initial_interval_ms: 10,
+            max_interval_ms: 5_000,
+            ..RetryPolicy::with_attempts(3)
+        };
+        let plain = ActivityError::new("provider_unavailable", "down", true);
+        assert_eq!(policy.delay_after_ms(0, "s", &plain), 10);
+        let asked = plain.clone().with_details(json!({ "retryAfterMs": 2_000 }));
+        assert_eq!(policy.delay_after_ms(0, "s", &asked), 2_000);
+        let too_long = plain.with_details(json!({ "retryAfterMs": 60_000 }));
+        assert_eq!(policy.delay_after_ms(0, "s", &too_long), 5_000);
     }
 
     #[test]
