@@ -231,7 +231,7 @@ impl EmbeddedHost {
         let state = AppState {
             services: services.clone(),
             keys: Arc::new(KeyRing::new(keys)),
-            discovery: Arc::new(Discovery::new(&limits, &fixtures, &services.nodes)),
+            discovery: Arc::new(Discovery::new(&limits, &fixtures, &services.nodes, services.test_seams)),
             cursor_key: Arc::new(cursor_key),
             streams: options.streams,
         };

@@ -142,7 +142,12 @@ impl AwsApp {
         Ok(AppState {
             services: self.services.clone(),
             keys: Arc::new(KeyRing::new(keys)),
-            discovery: Arc::new(Discovery::new(&self.settings.limits, &fixtures, &self.services.nodes)),
+            discovery: Arc::new(Discovery::new(
+                &self.settings.limits,
+                &fixtures,
+                &self.services.nodes,
+                self.services.test_seams,
+            )),
             cursor_key: Arc::new(ApiKey::hash_of(&api.cursor_secret)),
             streams: StreamSettings {
                 keepalive: Duration::from_secs(15),

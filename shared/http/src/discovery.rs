@@ -54,8 +54,10 @@ impl Rendered {
 
 impl Discovery {
     /// Builds the document for `limits`, the runnable, advertised fixture ids and the node
-    /// kinds of `nodes` (`nodeTypes`, and each activity's capability blocks, e.g. `httpClient`).
-    pub fn new(limits: &HostLimits, fixtures: &[String], nodes: &NodeRegistry) -> Self {
+    /// kinds of `nodes` (`nodeTypes`, and each activity's capability blocks, e.g. `httpClient`,
+    /// `aiProviders`, `providerUsage`).
+    /// `test_seams` adds what only a host with its seams on serves (`conformance.mockAgent`).
+    pub fn new(limits: &HostLimits, fixtures: &[String], nodes: &NodeRegistry, test_seams: bool) -> Self {
         let mut document = json!({
                         "protocolVersion": "1.0",
             "protocolVersions": crate::v2::PROTOCOL_VERSIONS,
@@ -103,8 +105,31 @@ impl Discovery {
         document["subWorkflow"] = json!({ "inputMapping": true });
         // Supervisor-driven dispatch (RFC 0006/0007/0022/0126) and its decision paths:
         // `agents.orchestrator` obliges the CP-1 low-confidence path, which is served.
-        // `agents.supported` (agent identity and `agent.*` events) is not.
-        document["agents"] = json!({ "orchestrator": true, "dispatch": true, "dispatchMapping": true });
+        // `agents.supported`: `agent.*` events (the mock agent's, RFC 0023/0024), with
+        // reasoning summaries and streamed reasoning deltas.
+        document["agents"] = json!({
+            "supported": true,
+            "orchestrator": true,
+            "dispatch": true,
+            "dispatchMapping": true,
+            "reasoning": {
+                "verbosity": "summary",
+                "tokenLimit": trellis_core::nodes::mock_agent::REASONING_TOKEN_LIMIT,
+                "streaming": true,
+            },
+        });
+        if test_seams {
+            // `core.conformance.mock-agent` outside the bundled `conformance-*` workflows:
+            // only for `test:seams` callers on a host with its seams on.
+            document["conformance"] = json!({ "mockAgent": true });
+        }
+        // Run budgets (RFC 0084, `configurable.budget`): every dimension enforced, hard, per run.
+        document["budget"] = json!({
+            "supported": true,
+            "dimensions": ["tokens", "cost", "toolCalls", "retries", "model"],
+            "enforce": "hard",
+            "scopes": ["run"],
+        });
         document["orchestrator"] = json!({ "supported": true, "fanOutSupported": false });
         document["dispatch"] = json!({
             "supported": true,
@@ -225,4 +250,25 @@ fn matches_none_of(headers: &HeaderMap, tag: &HeaderValue) -> bool {
 /// `GET /v1/openapi.json`.
 pub(crate) async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_and_budgets_are_advertised_and_the_mock_agent_only_with_seams_on() {
+        let nodes = NodeRegistry::new();
+        let production = Discovery::new(&HostLimits::default(), &[], &nodes, false);
+        let document = production.document();
+        assert_eq!(document["agents"]["supported"], true);
+        assert_eq!(
+            document["agents"]["reasoning"],
+            json!({"verbosity": "summary", "tokenLimit": 512, "streaming": true})
+        );
+        assert_eq!(document["budget"]["enforce"], "hard");
+        assert!(document.get("conformance").is_none(), "no mock agent claim without seams");
+        let seams = Discovery::new(&HostLimits::default(), &[], &nodes, true);
+        assert_eq!(seams.document()["conformance"], json!({"mockAgent": true}));
+    }
 }

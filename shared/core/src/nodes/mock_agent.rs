@@ -25,6 +25,9 @@ use crate::interrupt::request::ConfigIssue;
 /// The kind's `typeId`.
 pub const TYPE_ID: &str = "core.conformance.mock-agent";
 
+/// The most tokens one `agent.reasoned` carries (discovery's `agents.reasoning.tokenLimit`).
+pub const REASONING_TOKEN_LIMIT: usize = 512;
+
 /// The summary a bare `mockReasoning: true` reasons with.
 const STUB_SUMMARY: &str = "Mock agent reasoning (host stub).";
 
@@ -218,7 +221,20 @@ impl Reasoning {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err("config.mockReasoning.streamChunks must be an array of strings".to_owned()),
         };
-        Ok(Self { summary, token_count, chunks })
+        let reasoning = Self { summary, token_count, chunks };
+        // Discovery's `agents.reasoning.tokenLimit`, counted as whitespace-separated words (a
+        // token is never longer than one): reasoning past it is refused, not cut, so the
+        // closing `agent.reasoned` always equals its deltas.
+        let words = reasoning.text().split_whitespace().count();
+        if words > REASONING_TOKEN_LIMIT {
+            return Err(format!(
+                "config.mockReasoning is {words} words long; reasoning is limited to {REASONING_TOKEN_LIMIT} tokens"
+            ));
+        }
+        if token_count.is_some_and(|count| count > REASONING_TOKEN_LIMIT as u64) {
+            return Err(format!("config.mockReasoning.tokenCount must be at most {REASONING_TOKEN_LIMIT}"));
+        }
+        Ok(reasoning)
     }
 
     /// The closing `agent.reasoned`'s `reasoning`: the chunks' concatenation, else the summary.
@@ -408,6 +424,8 @@ mod tests {
             ),
             (json!({ "agentId": "ab" }), "config.agentId"),
             (json!({ "mockReasoning": { "trace": "x" } }), "config.mockReasoning.summary"),
+            (json!({ "mockReasoning": { "summary": "word ".repeat(513) } }), "reasoning is limited to 512 tokens"),
+            (json!({ "mockReasoning": { "summary": "s", "tokenCount": 513 } }), "config.mockReasoning.tokenCount"),
             (
                 json!({ "mockReasoning": { "summary": "s", "streamChunks": ["a", 2] } }),
                 "config.mockReasoning.streamChunks[1]",

@@ -167,7 +167,12 @@ impl Setup {
         let state = AppState {
             services: services.clone(),
             keys: Arc::new(keys()),
-            discovery: Arc::new(Discovery::new(&HostLimits::default(), &extensions, &services.nodes)),
+            discovery: Arc::new(Discovery::new(
+                &HostLimits::default(),
+                &extensions,
+                &services.nodes,
+                services.test_seams,
+            )),
             cursor_key: Arc::new([7; 32]),
             streams: self.streams,
         };
