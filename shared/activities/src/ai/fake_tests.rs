@@ -219,3 +219,43 @@ async fn policies_deny_before_anything_is_sent() {
     assert!(result.is_ok());
     assert_eq!(model.last_request().unwrap().bearer(), Some(KEY));
 }
+
+#[tokio::test]
+async fn a_slow_stream_is_flushed_in_several_ordered_batches_never_one_per_token() {
+    let model = FakeModel::start().await;
+    let tokens: Vec<String> = (0..20).map(|index| format!("s{index} ")).collect();
+    // At least 19 × 40 ms between the first and the last token: the 250 ms flush fires.
+    model.push(ModelReply::tokens(tokens.clone()).token_delay(std::time::Duration::from_millis(40)));
+    let node = node(&model, Value::Null);
+    let (result, reports) = run(&node, json!({"provider": "oa", "prompt": "go", "stream": true}), None).await;
+    assert_eq!(result.unwrap()["text"], tokens.concat());
+    let batches: Vec<ChunkBatch> = reports
+        .iter()
+        .filter_map(|report| match report {
+            Progress::Chunk { data } => ChunkBatch::from_value(data),
+            _ => None,
+        })
+        .collect();
+    assert!(batches.len() >= 2 && batches.len() < tokens.len(), "{} batches", batches.len());
+    assert!(batches[..batches.len() - 1].iter().all(|batch| !batch.is_last && batch.meta.is_none()));
+    assert!(batches.last().unwrap().is_last);
+    let streamed: String = batches.iter().flat_map(|batch| batch.parts.iter().cloned()).collect();
+    assert_eq!(streamed, tokens.concat());
+}
+
+#[tokio::test]
+async fn a_stream_cut_midway_is_retryable_and_names_no_key() {
+    let model = FakeModel::start().await;
+    model.push(ModelReply::tokens(["a", "b", "c", "d"]).drop_after(2));
+    let node = node(&model, Value::Null);
+    let (result, reports) = run(&node, json!({"provider": "an", "prompt": "go", "stream": true}), None).await;
+    let error = result.unwrap_err();
+    assert_eq!((error.code.as_str(), error.retryable), ("provider_unavailable", true), "{error:?}");
+    assert!(!format!("{error:?}").contains("CANARY"));
+    // Anthropic reports the input tokens at message_start: that usage is still reported.
+    assert!(usages(&reports) <= 1);
+    assert!(reports.iter().all(|report| match report {
+        Progress::Chunk { data } => !ChunkBatch::from_value(data).unwrap().is_last,
+        _ => true,
+    }));
+}

@@ -327,6 +327,7 @@ async fn read_stream(
         StreamState { answer: Answer { finish_reason: "stop".to_owned(), ..Answer::default() }, delta: String::new() };
     let mut batcher = Batcher::new();
     let mut done = false;
+    let mut finished = false;
     let failure = |state: &StreamState, batcher: &Batcher, error: ActivityError| {
         let mut partial = state.answer.clone();
         partial.text = batcher.text().to_owned();
@@ -355,7 +356,7 @@ async fn read_stream(
             Err(error) => return Err(failure(&state, &batcher, from_http(id, &error))),
         };
         for event in events {
-            let finished = match invocation.provider.kind {
+            let outcome = match invocation.provider.kind {
                 ProviderKind::OpenAi => openai::on_event(&event.data, &mut state),
                 ProviderKind::Anthropic => anthropic::on_event(event.event.as_deref(), &event.data, &mut state),
             };
@@ -363,8 +364,11 @@ async fn read_stream(
             if let Some(batch) = batcher.push(&delta, Instant::now()) {
                 progress.report(Progress::Chunk { data: batch.to_value() }).await;
             }
-            match finished {
-                Ok(true) => done = true,
+            match outcome {
+                Ok(true) => {
+                    done = true;
+                    finished = true;
+                }
                 Ok(false) => {}
                 Err(message) => {
                     let message = excerpt(message.as_bytes(), invocation.key);
@@ -373,6 +377,11 @@ async fn read_stream(
                 }
             }
         }
+    }
+    if !finished {
+        // The body ended without `[DONE]` / `message_stop`: the answer may be cut.
+        let error = unavailable(id, format!("provider `{id}`'s stream ended before the answer finished"), true);
+        return Err(failure(&state, &batcher, error));
     }
     let mut answer = state.answer;
     answer.text = batcher.text().to_owned();
