@@ -489,3 +489,51 @@ async fn debug_bundle_redacts_inputs_and_is_not_cached() {
     assert_eq!(discovery["debugBundle"]["supported"], true);
     host.stop().await;
 }
+
+/// The official `stream-text-fixture` scenario: with the `stream-text` mock, the `messages`
+/// stream carries exactly one `ai.message.chunk` frame per token in order, the last with
+/// `isLast`, `meta.finishReason: "stop"` and `meta.usage.completionTokens`, then the server
+/// closes it; the run completes. Without seams a mock is `403 mock_provider_forbidden`; an
+/// id outside the catalog is `400 unsupported_mock_provider`.
+#[tokio::test]
+async fn the_stream_text_mock_streams_one_message_frame_per_token_on_the_messages_mode() {
+    let mut args = serve_args(None);
+    args.test_seams = true;
+    let host = start(args).await;
+    let base = format!("http://{}", host.addr);
+    let client = Client::new(&base, KEY);
+    let tokens = ["Hello", " ", "world", "!"];
+    let mock = json!({"mockProvider": {"id": "stream-text", "config": {"tokens": tokens}}});
+    let run_id = client.create(json!({"workflowId": "conformance-stream-text", "configurable": mock})).await;
+    let text = Sse::open(&base, &run_id, "?streamMode=messages", None).await.read_to_close(SPEC_DEADLINE).await;
+    let frames = event_frames(&text);
+    assert_eq!(frames.len(), 4, "{text}");
+    for (frame, token) in frames.iter().zip(tokens) {
+        assert_eq!(frame.event.as_deref(), Some("ai.message.chunk"));
+        let data = frame.data.as_ref().unwrap();
+        assert_eq!(
+            (data["chunk"].as_str(), data["nodeId"].as_str(), data["runId"].as_str()),
+            (Some(token), Some("ai"), Some(run_id.as_str()))
+        );
+    }
+    let last = frames[3].data.as_ref().unwrap();
+    assert_eq!(last["isLast"], true);
+    assert!(frames[..3].iter().all(|frame| frame.data.as_ref().unwrap()["isLast"] == false));
+    assert_eq!(last["meta"]["finishReason"], "stop");
+    assert_eq!(last["meta"]["usage"]["completionTokens"], 4);
+    assert_eq!(client.wait_terminal(&run_id, SPEC_DEADLINE).await["status"], "completed");
+    let unknown =
+        json!({"workflowId": "conformance-stream-text", "configurable": {"mockProvider": {"id": "tool-calls"}}});
+    let (status, body) = client.request("POST", "/v1/runs", Some(unknown)).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("unsupported_mock_provider")), "{body}");
+    host.stop().await;
+
+    let host = start(serve_args(None)).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    let forbidden = json!({"workflowId": "conformance-stream-text", "configurable": mock});
+    let (status, body) = client.request("POST", "/v1/runs", Some(forbidden)).await;
+    assert_eq!((status, body["error"].as_str()), (403, Some("mock_provider_forbidden")), "{body}");
+    let (_, listed) = client.request("GET", "/v1/runs", None).await;
+    assert_eq!(listed["runs"].as_array().map(Vec::len), Some(0), "a refused request persists nothing: {listed}");
+    host.stop().await;
+}

@@ -161,6 +161,7 @@ pub const FIXTURES: &[(&str, &str)] = &[
         include_str!("../../../conformance/fixtures/conformance-agent-low-confidence.json"),
     ),
     ("openwop-smoke-cost-emit.json", include_str!("../../../conformance/fixtures/openwop-smoke-cost-emit.json")),
+    ("conformance-stream-text.json", include_str!("../../../conformance/fixtures/conformance-stream-text.json")),
 ];
 
 /// The fixture ids the expectation table covers, in table order.
