@@ -251,6 +251,7 @@ async fn model_calls_end_to_end_with_both_providers_and_no_key_anywhere() {
     host.stop().await;
     let captured = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     assert!(captured.contains("model provider configured"), "the capture works");
+    assert!(captured.contains("core.ai.callPrompt answered"), "debug lines of the calls are captured");
     assert!(!captured.contains("CANARY"), "the logs carry the key");
 }
 

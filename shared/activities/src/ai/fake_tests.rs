@@ -259,3 +259,26 @@ async fn a_stream_cut_midway_is_retryable_and_names_no_key() {
         _ => true,
     }));
 }
+
+#[tokio::test]
+async fn a_provider_base_url_is_pinned_past_the_allow_list_but_never_redirected() {
+    let model = FakeModel::start().await;
+    // A workflow's URL to the same loopback address is refused by the same client.
+    let client = HttpClient::system(Default::default());
+    let request = crate::http::OutboundRequest {
+        method: hyper::Method::POST,
+        url: format!("{}/chat/completions", model.openai_base_url()),
+        headers: Vec::new(),
+        body: Default::default(),
+        timeout: std::time::Duration::from_secs(5),
+    };
+    assert_eq!(client.send(request).await.unwrap_err().code(), "http_url_rejected");
+    assert_eq!(model.request_count(), 0);
+
+    model.push(ModelReply::error(307, "moved"));
+    let node = node(&model, Value::Null);
+    let (result, _) = run(&node, json!({"provider": "oa", "prompt": "x"}), None).await;
+    let error = result.unwrap_err();
+    assert_eq!((error.code.as_str(), error.retryable), ("provider_unavailable", false), "{error:?}");
+    assert_eq!(model.request_count(), 1, "the redirect is not followed");
+}

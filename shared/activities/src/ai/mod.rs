@@ -301,7 +301,19 @@ impl CallPromptActivity {
         model: &config::ModelEntry,
         progress: &dyn ProgressSink,
     ) -> Result<Answer, ActivityError> {
+        let started = Instant::now();
         let result = provider::invoke(&self.client, invocation, progress).await;
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match &result {
+            Ok(answer) => tracing::debug!(
+                provider = %invocation.provider.id, model = %model.id, stream = invocation.stream,
+                finish = %answer.finish_reason, duration_ms, "core.ai.callPrompt answered"
+            ),
+            Err(failure) => tracing::debug!(
+                provider = %invocation.provider.id, model = %model.id, code = %failure.error.code,
+                duration_ms, "core.ai.callPrompt failed"
+            ),
+        }
         let reported = match &result {
             Ok(answer) => Some(answer),
             Err(Failure { partial, .. }) => partial.as_ref().filter(|partial| partial.has_usage()),
