@@ -290,6 +290,34 @@ async fn the_stream_text_mock_answers_a_test_run_without_any_provider() {
     assert_eq!(last["meta"]["usage"]["completionTokens"], 4);
     assert!(position(&events, "provider.usage") < position(&events, "node.completed"));
 
+    // The messages stream mode: one ai.message.chunk frame per token, the last with meta,
+    // then the server closes the stream.
+    let run_id = client
+        .create(json!({"workflowId": "conformance-stream-text", "inputs": {},
+        "configurable": {"mockProvider": {"id": "stream-text", "config": {"tokens": ["Hello", " ", "world", "!"]}}}}))
+        .await;
+    let stream = reqwest::Client::new()
+        .get(format!("{}/v1/runs/{run_id}/events?streamMode=messages", client.base))
+        .bearer_auth(KEY)
+        .header("accept", "text/event-stream")
+        .send();
+    let text = tokio::time::timeout(WITHIN, async { stream.await.unwrap().text().await.unwrap() })
+        .await
+        .expect("the stream closes after the run ends");
+    let frames: Vec<Value> = text
+        .split("\n\n")
+        .filter(|frame| frame.lines().any(|line| line == "event: ai.message.chunk"))
+        .filter_map(|frame| frame.lines().find_map(|line| line.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str::<Value>(data).unwrap())
+        .map(|data| if data.get("payload").is_some() { data["payload"].clone() } else { data })
+        .collect();
+    assert_eq!(frames.len(), 4, "{text}");
+    let chunks: Vec<&str> = frames.iter().map(|frame| frame["chunk"].as_str().unwrap()).collect();
+    assert_eq!(chunks, ["Hello", " ", "world", "!"]);
+    assert_eq!(frames[3]["isLast"], true);
+    assert_eq!(frames[3]["meta"]["finishReason"], "stop");
+    assert_eq!(frames[3]["meta"]["usage"]["completionTokens"], 4);
+
     // Without a mock, the promptId alone does not resolve.
     let (_, snapshot, _) = run(&client, "conformance-stream-text", json!({})).await;
     assert_eq!(snapshot["error"]["code"], "prompt_not_found", "{snapshot}");
