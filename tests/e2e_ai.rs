@@ -384,3 +384,46 @@ async fn ai_discovery_blocks_and_events_match_the_official_schemas() {
     reference.assert_valid(&capabilities("testing"), &discovery["testing"]);
     host.stop().await;
 }
+
+#[tokio::test]
+async fn a_required_policy_takes_the_nodes_own_key_and_denies_without_one() {
+    let _logs = logs();
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start().await;
+    let byok = "sk-test-CANARY-byok-99";
+    model.require_key(byok);
+    let mut args = serve_args(None);
+    args.secrets_file = Some(write_file(dir.path(), "secrets.json", &json!({"secrets": {"my-key": byok}})));
+    args.ai.providers_file = Some(write_file(
+        dir.path(),
+        "providers.json",
+        &json!([{"id": "oa", "kind": "openai", "baseUrl": model.openai_base_url(), "models": ["gpt-test"],
+                 "policy": {"mode": "required"}}]),
+    ));
+    let host = start(args).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    register(
+        &client,
+        workflow(
+            "byok",
+            json!({"id": "ask", "typeId": "core.ai.callPrompt", "credentialsRef": "my-key",
+            "config": {"prompt": "hi"}}),
+        ),
+    )
+    .await;
+    register(
+        &client,
+        workflow("no-byok", json!({"id": "ask", "typeId": "core.ai.callPrompt", "config": {"prompt": "hi"}})),
+    )
+    .await;
+    let (run_id, snapshot, events) = run(&client, "byok", json!({})).await;
+    assert_eq!(snapshot["status"], "completed", "{snapshot}");
+    assert_eq!(model.last_request().unwrap().bearer(), Some(byok));
+    assert_clean(&client, &run_id, &events).await;
+    let before = model.request_count();
+    let (_, snapshot, _) = run(&client, "no-byok", json!({})).await;
+    assert_eq!(snapshot["error"]["code"], "provider_policy_denied", "{snapshot}");
+    assert_eq!(snapshot["error"]["details"]["reason"], "byok_required", "{snapshot}");
+    assert_eq!(model.request_count(), before, "nothing was sent");
+    host.stop().await;
+}
