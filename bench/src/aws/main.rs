@@ -81,6 +81,7 @@ async fn main() {
         secrets: Default::default(),
         test_seams: false,
         callback_secret: None,
+        ai_providers: String::new(),
     };
     // Runs are created and approvals resolved by the API function (its commits write outbox
     // entries), steps handled by the dispatcher, as deployed.

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use trellis_activities::ai::CallPromptActivity;
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{HttpClient, HttpRequestActivity};
 use trellis_activities::secrets::SecretEchoActivity;
@@ -56,14 +57,18 @@ pub fn node_registry(settings: &Settings) -> NodeRegistry {
     node_registry_with(settings, None)
 }
 
-/// The node kinds the AWS functions run: the engine's pure kinds and these activities, whose
+/// The node kinds the AWS functions run: the engine's pure kinds and these activities
+/// (`core.http.request`, `core.ai.callPrompt` with the providers of `TRELLIS_AI_PROVIDERS`), whose
 /// `credentialsRef` resolves through `secrets` (discovery advertises `secrets` only with one).
 /// `conformance.secret.echo`, which outputs the hash and length of any secret the run's tenant
 /// reaches, only with the test seams on (`OPENWOP_TEST_SEAM_ENABLED`: a stack that runs
 /// conformance).
 pub fn node_registry_with(settings: &Settings, secrets: Option<Arc<dyn SecretResolver>>) -> NodeRegistry {
     let http = HttpClient::system(settings.http.clone());
-    let nodes = NodeRegistry::new().register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())));
+    let ai = CallPromptActivity::new(http.clone(), settings.providers(), secrets.clone(), settings.test_seams);
+    let nodes = NodeRegistry::new()
+        .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
+        .register(Arc::new(ai));
     if settings.test_seams {
         nodes.register(Arc::new(SecretEchoActivity::new(secrets)))
     } else {

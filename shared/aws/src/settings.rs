@@ -67,6 +67,11 @@ pub struct Settings {
     /// `TRELLIS_SECRETS_BACKEND` (`none` by default, `secretsmanager` or `ssm`) and
     /// `TRELLIS_SECRETS_PREFIX`: where `credentialsRef` resolves ([`crate::secrets`]).
     pub secrets: crate::secrets::SecretsSettings,
+    /// `TRELLIS_AI_PROVIDERS` (optional): `core.ai.callPrompt`'s model providers, the JSON
+    /// document of the embedded host's `--ai-providers` file (`docs/ai.md`), checked at cold
+    /// start. Keys are never in it: each provider's `credentialsRef` resolves through
+    /// [`Settings::secrets`]. Empty: no provider (mock providers still answer).
+    pub ai_providers: String,
 }
 
 /// The settings only the API function reads.
@@ -183,6 +188,7 @@ impl Settings {
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
             http: http_settings(lookup)?,
             secrets: crate::secrets::SecretsSettings::from_lookup(lookup)?,
+            ai_providers: ai_providers(lookup)?,
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
                 max_run_duration_ms,
@@ -191,6 +197,26 @@ impl Settings {
                 max_attempt_ms: dispatcher_timeout_ms.saturating_sub(COMMIT_MARGIN_MS),
             },
         })
+    }
+}
+
+/// `TRELLIS_AI_PROVIDERS`, refused at cold start when it does not parse.
+fn ai_providers(lookup: Lookup<'_>) -> Result<String, SettingsError> {
+    let document = lookup("TRELLIS_AI_PROVIDERS").unwrap_or_default();
+    if !document.trim().is_empty() {
+        trellis_activities::ai::parse_providers(&document)
+            .map_err(|error| SettingsError::Invalid { name: "TRELLIS_AI_PROVIDERS", reason: error.to_string() })?;
+    }
+    Ok(document)
+}
+
+impl Settings {
+    /// The model providers of [`Settings::ai_providers`] (checked at cold start).
+    pub fn providers(&self) -> trellis_activities::ai::Providers {
+        if self.ai_providers.trim().is_empty() {
+            return trellis_activities::ai::Providers::default();
+        }
+        trellis_activities::ai::parse_providers(&self.ai_providers).unwrap_or_default()
     }
 }
 

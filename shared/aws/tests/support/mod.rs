@@ -55,6 +55,12 @@ pub async fn stack() -> Stack {
 
 /// [`stack`] with `credentialsRef` resolved as `secrets` says.
 pub async fn stack_with_secrets(secrets: trellis_aws::secrets::SecretsSettings) -> Stack {
+    stack_with(secrets, String::new()).await
+}
+
+/// [`stack`] with `secrets` and the model providers `ai_providers` (`TRELLIS_AI_PROVIDERS`).
+#[allow(dead_code)] // not every suite calls models
+pub async fn stack_with(secrets: trellis_aws::secrets::SecretsSettings, ai_providers: String) -> Stack {
     let config = sdk_config().await;
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let table = format!("trellis-e2e-{suffix}");
@@ -82,6 +88,7 @@ pub async fn stack_with_secrets(secrets: trellis_aws::secrets::SecretsSettings) 
         test_seams: true,
         // The API's cursor secret below: the dispatcher signs callback tokens the API verifies.
         callback_secret: Some("s".repeat(32)),
+        ai_providers,
     };
     let app = AwsApp::new(settings, &config);
     let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*", "test:seams"]}]);
@@ -316,6 +323,15 @@ impl EmbeddedClient {
 
 /// A fresh in-memory embedded host with `workflows` registered.
 pub async fn embedded_host(hold_worker: bool, workflows: &[Value]) -> (trellis::host::EmbeddedHost, EmbeddedClient) {
+    embedded_host_with(hold_worker, workflows, Default::default()).await
+}
+
+/// [`embedded_host`] with the model providers of `ai`.
+pub async fn embedded_host_with(
+    hold_worker: bool,
+    workflows: &[Value],
+    ai: trellis::args::AiArgs,
+) -> (trellis::host::EmbeddedHost, EmbeddedClient) {
     let args = trellis::args::ServeArgs {
         bind: "127.0.0.1:0".parse().unwrap(),
         data_dir: "unused".into(),
@@ -331,7 +347,7 @@ pub async fn embedded_host(hold_worker: bool, workflows: &[Value]) -> (trellis::
         http_max_response_bytes: 1_048_576,
         secrets_file: None,
         secrets_from_env: false,
-        ai: Default::default(),
+        ai,
     };
     let options = trellis::host::HostOptions { api_key: Some(KEY.to_owned()), hold_worker, ..Default::default() };
     let host = trellis::host::EmbeddedHost::start(&args, options).await.expect("embedded host");

@@ -133,7 +133,7 @@ impl Transition<'_> {
             Err(error) => {
                 let started = self.state.nodes.get(node_id).and_then(|node| node.started_at).unwrap_or(self.now);
                 let seed = format!("{}/{node_id}/{activation}", self.state.run_id);
-                let delay = compiled.retry.delay_ms(attempt, &seed);
+                let delay = compiled.retry.delay_after_ms(attempt, &seed, &error);
                 let within_total =
                     compiled.timeouts.total_ms.is_none_or(|total| self.now.saturating_add(delay) < started + total);
                 let retries = compiled.retry.retries(attempt, &error);

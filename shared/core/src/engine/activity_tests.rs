@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::tests::{pending, types};
 use super::*;
-use crate::activity::ActivityResult;
+use crate::activity::{ActivityError, ActivityResult};
 use crate::model::{Bounds, Workflow};
 use crate::run::{NodeStatus, RunState, RunStatus};
 use crate::testing::activity::{permanent, success, transient, ScriptedActivity, SCRIPTED_TYPE_ID};
@@ -455,4 +455,20 @@ fn no_call_goes_out_for_a_run_being_cancelled() {
     apply(&wf, &mut state, Input::Cancel { reason: None }, 1_010);
     assert_eq!(state.status, RunStatus::Cancelling);
     assert!(activity_call(&wf, &state, "a", 1, 0, 1_020).is_none(), "no call after a cancel was accepted");
+}
+
+#[test]
+fn a_retry_waits_at_least_as_long_as_the_remote_side_asked() {
+    let settings = json!({"retry": {"maxAttempts": 2, "initialIntervalMs": 10, "maxIntervalMs": 5_000}});
+    let wf = compile(json!([call_node("call", settings)]), json!([]), json!({})).unwrap();
+    let mut state = pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 1_000);
+    apply(&wf, &mut state, Input::Step { node_id: "call".into(), activation: 1 }, 1_000);
+    let limited =
+        ActivityError::new("provider_quota_exhausted", "429", true).with_details(json!({"retryAfterMs": 1_500}));
+    let failed = Input::ActivityFinished { node_id: "call".into(), activation: 1, attempt: 0, result: Err(limited) };
+    let outcome = apply(&wf, &mut state, failed, 1_100);
+    let retried = outcome.events.iter().find(|event| event.event_type == "node.retried").expect("retried");
+    assert_eq!(retried.payload["delayMs"], 1_500, "the provider's Retry-After, not the policy's 10 ms");
+    assert_eq!(state.nodes["call"].wake_at, Some(2_600));
 }
