@@ -1,7 +1,9 @@
-//! The host under test and the CPU meter: starts `trellis serve` with the benchmark's
-//! workflows and loopback allowed for `core.http.request`, and reads the CPU time (user +
-//! system, all threads) of the host and of this process from `/proc/<pid>/stat`.
+//! The host under test: starts `trellis serve` with the benchmark's workflows, loopback
+//! allowed for `core.http.request`, and any further arguments a benchmark needs (e.g.
+//! `trellis-bench-ai`'s `--ai-providers`). Shared by `trellis-bench-http` and
+//! `trellis-bench-ai`.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -32,7 +34,17 @@ impl Host {
 /// Starts `trellis serve` on `workflows`, in memory or on a data directory under `workdir`,
 /// with `--http-allow-private-nets 127.0.0.1/32` so that the workflows may call the bench's
 /// loopback server, and waits until discovery answers.
+#[allow(dead_code)] // trellis-bench-ai starts its host with `start_with`
 pub(crate) async fn start(trellis: &Path, workflows: &Path, workdir: &Path, memory: bool) -> Host {
+    start_with(trellis, workflows, workdir, memory, std::iter::empty::<&OsStr>()).await
+}
+
+/// [`start`] with `extra` arguments after the benchmark's own.
+pub(crate) async fn start_with<I, S>(trellis: &Path, workflows: &Path, workdir: &Path, memory: bool, extra: I) -> Host
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
     let mut command = Command::new(trellis);
     command
         .args(["serve", "--bind", "127.0.0.1:0", "--http-allow-private-nets", "127.0.0.1/32", "--workflows"])
@@ -41,6 +53,9 @@ pub(crate) async fn start(trellis: &Path, workflows: &Path, workdir: &Path, memo
         .env("RUST_LOG", "warn")
         .env_remove("TRELLIS_HTTP_ALLOW_PRIVATE_NETS")
         .env_remove("TRELLIS_MAX_CONCURRENT_ACTIVITIES")
+        .env_remove("TRELLIS_AI_PROVIDERS")
+        .env_remove("TRELLIS_OPENAI_BASE_URL")
+        .env_remove("TRELLIS_OPENAI_API_KEY")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -50,6 +65,7 @@ pub(crate) async fn start(trellis: &Path, workflows: &Path, workdir: &Path, memo
     } else {
         command.arg("--data-dir").arg(workdir.join("data"));
     }
+    command.args(extra);
     let spawned = Instant::now();
     let mut child = command.spawn().expect("start trellis (build it with `cargo build --release -p trellis`)");
     let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();

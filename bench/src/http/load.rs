@@ -1,6 +1,7 @@
 //! The workflows (a 10-node `core.noop` chain, a 10-node chain of `core.http.request` GETs,
 //! one slow GET) and the two ways of driving them: N clients each running runs back to
-//! back, and a burst of runs created at once.
+//! back, and a burst of runs created at once. `trellis-bench-ai` builds its model-call
+//! chains with [`chain`] and reads its burst's runs with [`burst_outcomes`].
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,7 @@ use serde_json::{json, Value};
 use crate::host::KEY;
 
 /// A chain of `length` nodes built by `node(i)`.
-fn chain(id: &str, length: usize, node: impl Fn(usize) -> Value) -> Value {
+pub(crate) fn chain(id: &str, length: usize, node: impl Fn(usize) -> Value) -> Value {
     let nodes: Vec<Value> = (0..length).map(node).collect();
     let edges: Vec<Value> = (1..length)
         .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{}", i - 1), "targetNodeId": format!("n{i}")}))
@@ -38,7 +39,7 @@ pub(crate) use crate::follow::Followed as Outcome;
 async fn one_run(http: &reqwest::Client, base: &str, workflow: &str) -> Outcome {
     crate::follow::follow_run(http, base, KEY, workflow, None)
         .await
-        .unwrap_or_else(|error| panic!("trellis-bench-http: {error}"))
+        .unwrap_or_else(|error| panic!("trellis-bench: {error}"))
 }
 
 /// What a set of runs measured.
@@ -56,7 +57,8 @@ pub(crate) struct Figures {
 }
 
 impl Figures {
-    fn of(outcomes: Vec<Outcome>) -> Self {
+    /// The figures of these runs.
+    pub(crate) fn of(outcomes: Vec<Outcome>) -> Self {
         let first = outcomes.iter().map(|o| o.sent).min();
         let since_first = |last: Option<Instant>| first.zip(last).map_or(Duration::ZERO, |(first, last)| last - first);
         let wall = since_first(outcomes.iter().map(|o| o.terminal).max());
@@ -102,6 +104,11 @@ pub(crate) async fn clients(base: &str, workflow: &str, clients: usize, runs: us
 
 /// `runs` runs created at once, each by its own task, each followed to its terminal event.
 pub(crate) async fn burst(base: &str, workflow: &str, runs: usize) -> Figures {
+    Figures::of(burst_outcomes(base, workflow, runs).await)
+}
+
+/// [`burst`]'s runs, one outcome each.
+pub(crate) async fn burst_outcomes(base: &str, workflow: &str, runs: usize) -> Vec<Outcome> {
     let http = reqwest::Client::new();
     let tasks: Vec<_> = (0..runs)
         .map(|_| {
@@ -113,5 +120,5 @@ pub(crate) async fn burst(base: &str, workflow: &str, runs: usize) -> Figures {
     for task in tasks {
         outcomes.push(task.await.expect("burst task"));
     }
-    Figures::of(outcomes)
+    outcomes
 }
