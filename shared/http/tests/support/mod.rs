@@ -153,11 +153,19 @@ impl Setup {
             ids: Arc::new(CountingIds::default()),
             notifier,
         };
-        // The embedded host's registry: core.http.request registered (these tests never call
-        // out; the client's default policy refuses every private destination anyway).
+        // The embedded host's registry: core.http.request and core.ai.callPrompt (with no
+        // provider) registered; these tests never call out (the client's default policy
+        // refuses every private destination anyway).
         let http = trellis_activities::http::HttpClient::system(Default::default());
+        let ai = trellis_activities::ai::CallPromptActivity::new(
+            http.clone(),
+            trellis_activities::ai::Providers::default(),
+            None,
+            self.test_seams,
+        );
         let nodes = trellis_core::nodes::NodeRegistry::new()
-            .register(Arc::new(trellis_activities::http::HttpRequestActivity::new(http)));
+            .register(Arc::new(trellis_activities::http::HttpRequestActivity::new(http)))
+            .register(Arc::new(ai));
         let services =
             Arc::new(Services::new(ports, HostLimits::default()).with_test_seams(self.test_seams).with_nodes(nodes));
         for id in self.workflows {
