@@ -14,7 +14,8 @@
 //! request; with the queue empty every request gets the default deterministic reply
 //! ([`ModelReply::echo`]): the text `echo: <last user message>`, with usage counted in
 //! whitespace-separated words (input: every message's words, the Anthropic `system` prompt
-//! included; output: the answer's words). A streamed answer is sent as its
+//! included; output: the answer's words). An OpenAI request with a `response_format` JSON
+//! schema gets instead the smallest JSON value that schema accepts. A streamed answer is sent as its
 //! [`ModelReply::tokens`], or split into words (each after the first keeps its leading
 //! whitespace, so the tokens concatenate to the text).
 //!

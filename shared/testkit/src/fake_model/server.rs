@@ -157,6 +157,36 @@ fn json_response(status: u16, body: &Value, retry_after: Option<u64>) -> Respons
     response
 }
 
+/// The smallest value `schema` accepts, for the schemas structured output allows: the first
+/// `enum` value or `anyOf` branch, every property of an object, `""`, `0`, `false`, `[]`.
+fn smallest_instance(schema: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{json, Value};
+    if let Some(first) = schema.get("enum").and_then(Value::as_array).and_then(|values| values.first()) {
+        return first.clone();
+    }
+    if let Some(first) = schema.get("anyOf").and_then(Value::as_array).and_then(|branches| branches.first()) {
+        return smallest_instance(first);
+    }
+    let kind = match schema.get("type") {
+        Some(Value::Array(kinds)) => kinds.first().and_then(Value::as_str).unwrap_or("null"),
+        Some(Value::String(kind)) => kind.as_str(),
+        _ => "null",
+    };
+    match kind {
+        "object" => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            Value::Object(
+                properties.into_iter().flatten().map(|(name, sub)| (name.clone(), smallest_instance(sub))).collect(),
+            )
+        }
+        "array" => json!([]),
+        "string" => json!("echo"),
+        "number" | "integer" => json!(0),
+        "boolean" => json!(false),
+        _ => Value::Null,
+    }
+}
+
 /// Answers with `reply` (already delayed) in `api`'s shape.
 fn answer(api: Api, reply: ModelReply, id: u64, seen: &ModelRequest) -> Result<Response<ReplyBody>, Dropped> {
     let (text, tokens) = match reply.content {
@@ -164,7 +194,12 @@ fn answer(api: Api, reply: ModelReply, id: u64, seen: &ModelRequest) -> Result<R
         Content::Error { status, message, retry_after } => {
             return Ok(json_response(status, &wire::error_body(api, status, &message), retry_after))
         }
-        Content::Echo => (format!("echo: {}", seen.last_user_text().unwrap_or_default()), None),
+        Content::Echo => match seen.body.pointer("/response_format/json_schema/schema") {
+            // A structured request (OpenAI's `response_format`) gets the smallest answer its
+            // schema accepts, so examples with a `responseSchema` run against the fake.
+            Some(schema) => (smallest_instance(schema).to_string(), None),
+            None => (format!("echo: {}", seen.last_user_text().unwrap_or_default()), None),
+        },
         Content::Text { text, tokens } => (text, tokens),
     };
     let usage = reply.usage.unwrap_or_else(|| Usage { input: wire::input_words(&seen.body), output: words(&text) });
@@ -261,6 +296,17 @@ mod tests {
     #[test]
     fn word_tokens_concatenate_to_the_text() {
         assert_eq!(split_words("echo: hello  big world"), ["echo:", " hello", "  big", " world"]);
+    }
+
+    #[test]
+    fn a_structured_echo_is_the_smallest_instance_of_its_schema() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "category": {"type": "string", "enum": ["billing", "bug"]}, "urgent": {"type": "boolean"},
+            "score": {"type": "number"}, "tags": {"type": "array"}, "note": {"anyOf": [{"type": "null"}, {"type": "string"}]}}});
+        assert_eq!(
+            smallest_instance(&schema),
+            serde_json::json!({"category": "billing", "urgent": false, "score": 0, "tags": [], "note": null})
+        );
         assert_eq!(split_words(" lead trail "), [" lead", " trail", " "]);
         assert!(split_words("").is_empty());
         let text = "a\nb c";
