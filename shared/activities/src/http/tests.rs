@@ -28,7 +28,15 @@ fn invalid(config: Value) -> String {
 fn prepare(config: Value, inputs: Value, variables: Value) -> Result<Value, trellis_core::run::RunError> {
     let config = object(config);
     let variables = object(variables);
-    let context = NodeContext { node_id: "n", config: &config, inputs: object(inputs), variables: &variables, now: 0, configurable: None, mocks_allowed: false };
+    let context = NodeContext {
+        node_id: "n",
+        config: &config,
+        inputs: object(inputs),
+        variables: &variables,
+        now: 0,
+        configurable: None,
+        mocks_allowed: false,
+    };
     activity().prepare(&context)
 }
 

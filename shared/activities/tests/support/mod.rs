@@ -57,8 +57,15 @@ impl Harness {
         let config = object(config.clone());
         assert_eq!(self.activity.check("n", &config), Ok(()), "the test config is valid");
         let variables = object(variables.clone());
-        let context =
-            NodeContext { node_id: "n", config: &config, inputs: object(inputs), variables: &variables, now: 0, configurable: None, mocks_allowed: false };
+        let context = NodeContext {
+            node_id: "n",
+            config: &config,
+            inputs: object(inputs),
+            variables: &variables,
+            now: 0,
+            configurable: None,
+            mocks_allowed: false,
+        };
         self.activity.prepare(&context)
     }
 
