@@ -522,6 +522,20 @@ async fn the_stream_text_mock_streams_one_message_frame_per_token_on_the_message
     assert_eq!(last["meta"]["finishReason"], "stop");
     assert_eq!(last["meta"]["usage"]["completionTokens"], 4);
     assert_eq!(client.wait_terminal(&run_id, SPEC_DEADLINE).await["status"], "completed");
+    // The JSON list of the messages mode: the stored output.chunk batch itself.
+    let listed: Value = reqwest::Client::new()
+        .get(format!("{base}/v1/runs/{run_id}/events?streamMode=messages"))
+        .bearer_auth(KEY)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = listed["events"].as_array().cloned().unwrap_or_default();
+    assert_eq!(types(&listed), ["output.chunk"], "{listed:?}");
+    assert_eq!(listed[0]["payload"]["chunk"]["parts"], json!(tokens));
     let unknown =
         json!({"workflowId": "conformance-stream-text", "configurable": {"mockProvider": {"id": "tool-calls"}}});
     let (status, body) = client.request("POST", "/v1/runs", Some(unknown)).await;

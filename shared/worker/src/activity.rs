@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use tracing::{debug, warn};
 use trellis_core::activity::policy::{attempt_timeout, heartbeat_timeout};
 use trellis_core::activity::{ActivityCall, Progress, ProgressSink};
-use trellis_core::engine::{activity_call, Input};
+use trellis_core::engine::{activity_call, Input, Verdict};
 use trellis_core::ports::Task;
 use trellis_core::service::{NoHooks, Services};
 use trellis_core::ServiceError;
@@ -137,7 +137,7 @@ impl<'a> WorkerProgress<'a> {
 
 #[async_trait]
 impl ProgressSink for WorkerProgress<'_> {
-    async fn report(&self, progress: Progress) {
+    async fn report(&self, progress: Progress) -> bool {
         if let Ok(mut last) = self.last.lock() {
             *last = Instant::now();
         }
@@ -147,8 +147,19 @@ impl ProgressSink for WorkerProgress<'_> {
             attempt: self.call.attempt,
             progress,
         };
-        if let Err(error) = self.services.advance(None, &self.call.run_id, input, &NoHooks).await {
-            warn!(run_id = %self.call.run_id, node = %self.call.node_id, %error, "recording progress failed");
+        match self.services.advance(None, &self.call.run_id, input, &NoHooks).await {
+            // Applied to a run that goes on: keep going. Ignored (superseded), or the run ended
+            // with this very commit (a budget exhausted by the usage reported): stop.
+            Ok(Some(decision)) => {
+                decision.outcome.verdict == Verdict::Applied
+                    && !decision.run.status.is_terminal()
+                    && decision.run.status != trellis_core::RunStatus::Cancelling
+            }
+            Ok(None) => false,
+            Err(error) => {
+                warn!(run_id = %self.call.run_id, node = %self.call.node_id, %error, "recording progress failed");
+                true
+            }
         }
     }
 }

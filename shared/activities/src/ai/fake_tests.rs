@@ -282,3 +282,31 @@ async fn a_provider_base_url_is_pinned_past_the_allow_list_but_never_redirected(
     assert_eq!((error.code.as_str(), error.retryable), ("provider_unavailable", false), "{error:?}");
     assert_eq!(model.request_count(), 1, "the redirect is not followed");
 }
+
+/// A sink whose run stops wanting the attempt once usage is reported (its budget is spent).
+#[derive(Default)]
+struct SpentAfterUsage(std::sync::Mutex<Vec<Progress>>);
+
+#[async_trait]
+impl trellis_core::activity::ProgressSink for SpentAfterUsage {
+    async fn report(&self, progress: Progress) -> bool {
+        let usage = matches!(progress, Progress::Usage(_));
+        self.0.lock().unwrap().push(progress);
+        !usage
+    }
+}
+
+#[tokio::test]
+async fn no_repair_turn_goes_out_once_the_run_no_longer_wants_the_attempt() {
+    let model = FakeModel::start().await;
+    model.script(vec![ModelReply::json(&json!({"town": 1})), ModelReply::json(&json!({"city": "Rome"}))]);
+    let node = node(&model, Value::Null);
+    let variables = Map::new();
+    let node_config = config(json!({"provider": "oa", "prompt": "where", "responseSchema": strict_schema()}));
+    let request = node.prepare(&context(&node_config, &variables, None, false)).expect("prepare");
+    let sink = SpentAfterUsage::default();
+    let error = node.execute(&call(request), &sink).await.unwrap_err();
+    assert_eq!(error.code, "attempt_abandoned");
+    assert_eq!(model.request_count(), 1, "the repair turn was never sent");
+    assert_eq!(model.pending(), 1);
+}

@@ -52,8 +52,8 @@ pub async fn answer(mock: &MockProvider, stream: bool, progress: &dyn ProgressSi
                     tokio::time::sleep(Duration::from_millis(*delay_ms_per_token)).await;
                 }
                 if let Some(batch) = batcher.push(token, Instant::now()) {
-                    if stream {
-                        progress.report(Progress::Chunk { data: batch.to_value() }).await;
+                    if stream && !progress.report(Progress::Chunk { data: batch.to_value() }).await {
+                        return Err(ActivityError::abandoned());
                     }
                 }
             }
@@ -69,7 +69,9 @@ pub async fn answer(mock: &MockProvider, stream: bool, progress: &dyn ProgressSi
             if stream {
                 progress.report(Progress::Chunk { data: last.to_value() }).await;
             }
-            progress.report(Progress::Usage(usage(model, *prompt_tokens, *completion_tokens))).await;
+            if !progress.report(Progress::Usage(usage(model, *prompt_tokens, *completion_tokens))).await {
+                return Err(ActivityError::abandoned());
+            }
             Ok(Answer {
                 text,
                 finish_reason: finish_reason.clone(),
@@ -85,7 +87,9 @@ pub async fn answer(mock: &MockProvider, stream: bool, progress: &dyn ProgressSi
             Err(ActivityError::new(code, message.clone(), *retryable).with_details(json!({ "provider": PROVIDER })))
         }
         MockProvider::UsageOnly { prompt_tokens, completion_tokens, model } => {
-            progress.report(Progress::Usage(usage(model, *prompt_tokens, *completion_tokens))).await;
+            if !progress.report(Progress::Usage(usage(model, *prompt_tokens, *completion_tokens))).await {
+                return Err(ActivityError::abandoned());
+            }
             Ok(Answer {
                 text: String::new(),
                 finish_reason: "stop".to_owned(),

@@ -321,7 +321,7 @@ impl CallPromptActivity {
         if let Some(answer) = reported {
             let input = answer.input_tokens.unwrap_or(0);
             let output = answer.output_tokens.unwrap_or(0);
-            progress
+            let wanted = progress
                 .report(Progress::Usage(ProviderUsage {
                     provider: invocation.provider.id.clone(),
                     model: model.id.clone(),
@@ -333,6 +333,10 @@ impl CallPromptActivity {
                     cache_write_tokens: None,
                 }))
                 .await;
+            if !wanted {
+                // E.g. this usage exhausted the run's budget: no repair turn, no output.
+                return Err(ActivityError::abandoned());
+            }
         }
         result.map_err(|failure| failure.error)
     }

@@ -297,6 +297,7 @@ pub async fn invoke(
             // Asked to stream, answered whole: one final batch.
             let mut batcher = Batcher::new();
             batcher.push(&answer.text, Instant::now());
+            // Whether the run still wants the attempt is decided by the usage report next.
             progress.report(Progress::Chunk { data: batcher.finish(meta(invocation, &answer)).to_value() }).await;
         }
         return Ok(answer);
@@ -340,7 +341,9 @@ async fn read_stream(
                 Ok(next) => next,
                 Err(_due) => {
                     if let Some(batch) = batcher.poll(Instant::now()) {
-                        progress.report(Progress::Chunk { data: batch.to_value() }).await;
+                        if !progress.report(Progress::Chunk { data: batch.to_value() }).await {
+                            return Err(Failure { error: ActivityError::abandoned(), partial: None });
+                        }
                     }
                     continue;
                 }
@@ -362,7 +365,10 @@ async fn read_stream(
             };
             let delta = std::mem::take(&mut state.delta);
             if let Some(batch) = batcher.push(&delta, Instant::now()) {
-                progress.report(Progress::Chunk { data: batch.to_value() }).await;
+                // The run ended or moved on (cancelled, budget spent): stop reading.
+                if !progress.report(Progress::Chunk { data: batch.to_value() }).await {
+                    return Err(Failure { error: ActivityError::abandoned(), partial: None });
+                }
             }
             match outcome {
                 Ok(true) => {

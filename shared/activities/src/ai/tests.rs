@@ -12,8 +12,9 @@ struct Recorder(Mutex<Vec<Progress>>);
 
 #[async_trait]
 impl ProgressSink for Recorder {
-    async fn report(&self, progress: Progress) {
+    async fn report(&self, progress: Progress) -> bool {
         self.0.lock().unwrap().push(progress);
+        true
     }
 }
 

@@ -107,6 +107,12 @@ impl ActivityError {
         self
     }
 
+    /// The attempt stopped because the run no longer wants it ([`ProgressSink::report`]
+    /// answered `false`): nothing reads this outcome, as the attempt is no longer current.
+    pub fn abandoned() -> Self {
+        Self::new("attempt_abandoned", "the run no longer wants this attempt (superseded, ended or cancelled)", false)
+    }
+
     /// The error as `node.failed` / `run.failed` carry it.
     pub fn to_run_error(&self) -> RunError {
         RunError { code: self.code.clone(), message: self.message.clone(), details: self.details.clone() }
@@ -145,8 +151,12 @@ pub enum Progress {
 /// it belongs to (an input for a superseded attempt is ignored).
 #[async_trait]
 pub trait ProgressSink: Send + Sync {
-    /// Reports progress. Never fails the attempt: a report that cannot be committed is logged.
-    async fn report(&self, progress: Progress);
+    /// Reports progress. Never fails the attempt (a report that cannot be committed is
+    /// logged). Returns whether the attempt is still wanted: `false` when the report found it
+    /// superseded, or the run ended or is being cancelled — e.g. the usage just reported
+    /// exhausted the run's budget. An executor stops then (no further call, no more reading
+    /// of a stream) and returns [`ActivityError::abandoned`].
+    async fn report(&self, progress: Progress) -> bool;
 }
 
 /// A sink that drops every report (for executors driven outside a worker, and tests).
@@ -155,7 +165,9 @@ pub struct NoProgress;
 
 #[async_trait]
 impl ProgressSink for NoProgress {
-    async fn report(&self, _progress: Progress) {}
+    async fn report(&self, _progress: Progress) -> bool {
+        true
+    }
 }
 
 /// A node kind with side effects, registered with its executor in a composition root

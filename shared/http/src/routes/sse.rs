@@ -163,6 +163,10 @@ impl Stream {
         let id = wire_run_id(self.wire, &self.tenant, &self.run_id);
         for event in events {
             if self.filter.projects(&event.event_type) {
+                // Held events come first: a message frame's `id` must never pass a held one.
+                if let Some(batch) = self.take_batch() {
+                    out.bytes.extend(batch);
+                }
                 out.bytes.extend(message_frames(&id, event));
             }
             if self.filter.admits(&event.event_type) {

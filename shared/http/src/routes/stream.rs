@@ -203,7 +203,9 @@ pub(crate) async fn open(
             || events.last().is_some_and(|event| trellis_core::event::types::is_terminal(&event.event_type));
         let last = events.last().map(|e| e.sequence as i64).unwrap_or(after.map_or(-1, |s| s as i64));
         let id = wire_run_id(wire, tenant, &run.run_id);
-        let admitted = events.iter().filter(|event| filter.admits(&event.event_type));
+        // The JSON list carries a model call's `output.chunk` events as they are stored.
+        let admitted =
+            events.iter().filter(|event| filter.admits(&event.event_type) || filter.projects(&event.event_type));
         let docs = EventDocs::new(wire, &id, admitted);
         let mut response = match wire {
             Wire::V1 => {
