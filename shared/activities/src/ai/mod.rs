@@ -80,6 +80,18 @@ impl CallPromptActivity {
     }
 }
 
+/// About four bytes a token: the estimate for a provider that reports no usage.
+fn estimated_tokens(messages: &Value) -> u64 {
+    let bytes: usize = messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|message| message.get("content").and_then(Value::as_str))
+        .map(str::len)
+        .sum();
+    (bytes as u64).div_ceil(4)
+}
+
 fn bad_request(message: impl Into<String>) -> ActivityError {
     ActivityError::new("validation_error", message, false)
 }
@@ -319,8 +331,10 @@ impl CallPromptActivity {
             Err(Failure { partial, .. }) => partial.as_ref().filter(|partial| partial.has_usage()),
         };
         if let Some(answer) = reported {
-            let input = answer.input_tokens.unwrap_or(0);
-            let output = answer.output_tokens.unwrap_or(0);
+            // A server that reports no usage (some local ones) still spends: estimate about
+            // four bytes a token, so a budget is never left unconsumed.
+            let input = answer.input_tokens.unwrap_or_else(|| estimated_tokens(&Value::from(invocation.turn.messages)));
+            let output = answer.output_tokens.unwrap_or_else(|| (answer.text.len() as u64).div_ceil(4));
             let wanted = progress
                 .report(Progress::Usage(ProviderUsage {
                     provider: invocation.provider.id.clone(),

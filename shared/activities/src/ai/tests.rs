@@ -313,3 +313,10 @@ fn capabilities_name_the_providers_and_the_mocks_only_with_the_seams() {
 
 #[path = "fake_tests.rs"]
 mod fake_tests;
+
+#[test]
+fn usage_a_provider_does_not_report_is_estimated_at_four_bytes_a_token() {
+    let messages = json!([{"role": "system", "content": "abcd"}, {"role": "user", "content": "efghi"}]);
+    assert_eq!(estimated_tokens(&messages), 3, "9 bytes");
+    assert_eq!(estimated_tokens(&json!([])), 0);
+}
