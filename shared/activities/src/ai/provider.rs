@@ -329,6 +329,7 @@ async fn read_stream(
     let mut batcher = Batcher::new();
     let mut done = false;
     let mut finished = false;
+    let mut read = 0usize;
     let failure = |state: &StreamState, batcher: &Batcher, error: ActivityError| {
         let mut partial = state.answer.clone();
         partial.text = batcher.text().to_owned();
@@ -351,7 +352,20 @@ async fn read_stream(
             None => response.next_chunk().await,
         };
         let events = match next {
-            Ok(Some(bytes)) => parser.push(&bytes),
+            Ok(Some(bytes)) => {
+                // The same cap as a whole answer: a stream never grows the attempt's memory
+                // without bound.
+                read = read.saturating_add(bytes.len());
+                if read > MAX_ANSWER_BYTES {
+                    let error = unavailable(
+                        id,
+                        format!("provider `{id}`'s stream is larger than {MAX_ANSWER_BYTES} bytes"),
+                        false,
+                    );
+                    return Err(failure(&state, &batcher, error));
+                }
+                parser.push(&bytes)
+            }
             Ok(None) => {
                 done = true;
                 parser.finish().into_iter().collect()
