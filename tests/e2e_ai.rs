@@ -12,45 +12,15 @@ mod common;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::{serve_args, start, Client, Reference, KEY};
+use common::{logs, serve_args, start, Client, Reference, KEY};
 use serde_json::{json, Value};
 use trellis::host::{EmbeddedHost, HostOptions};
 use trellis_testkit::fake_model::{FakeModel, ModelReply};
 
 const CANARY: &str = "sk-test-CANARY-e2e-ai-5f4e3d2c1b0a";
 const WITHIN: Duration = Duration::from_secs(20);
-
-/// Every log line of this test binary, at trace level.
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Capture(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        buffer
-    })
-    .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fn write_file(dir: &Path, name: &str, document: &Value) -> PathBuf {
     let path = dir.join(name);

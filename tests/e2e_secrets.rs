@@ -12,10 +12,9 @@ mod common;
 
 use std::io::Write as _;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::{serve_args, start, start_with, write_keys_file, Client, KEY};
+use common::{logs, serve_args, start, start_with, write_keys_file, Client, KEY};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use trellis::host::{EmbeddedHost, HostOptions};
@@ -29,35 +28,6 @@ const WITHIN: Duration = Duration::from_secs(10);
 
 fn cleartext() -> String {
     format!("{CANARY}-7c1d2e3f4a5b")
-}
-
-/// Every log line of this test binary, at trace level.
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Capture(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        buffer
-    })
-    .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 fn secrets_file(dir: &Path, mode: u32) -> std::path::PathBuf {

@@ -5,6 +5,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -211,5 +212,36 @@ impl Reference {
     /// Asserts `instance` is rejected (proves the validator is live).
     pub fn assert_invalid(&self, name: &str, instance: &Value) {
         assert!(!self.errors(name, instance).is_empty(), "{name} accepts {instance}");
+    }
+}
+
+/// Every log line of this test binary, at trace level (the first call installs the
+/// subscriber): the suites that check that no secret reaches a log read it.
+pub fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || Capture(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        buffer
+    })
+    .clone()
+}
+
+/// The writer [`logs`] installs.
+pub struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
