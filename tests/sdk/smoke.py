@@ -151,8 +151,10 @@ check("unknown workflow", status is not None and 400 <= status < 500, status)
 status, code = error_of(lambda: client.runs_fork(created.runId, ForkRunRequest(fromSeq=0, mode="replay")))
 check("fork is not served", (status, code) == (404, "not_found"), (status, code))
 check("no replay advertised", "replay" not in caps.families and "replay" not in caps.raw)
+messages = list(client.runs_events(created.runId, stream_mode="messages", timeout_seconds=5))
+check("the messages stream of a run without model calls is empty", messages == [], messages)
 try:
-    list(client.runs_events(created.runId, stream_mode="messages", timeout_seconds=5))
+    list(client.runs_events(created.runId, stream_mode="tokens", timeout_seconds=5))
     check("an unserved stream mode is refused", False)
 except urllib.error.HTTPError as error:
     check("an unserved stream mode is refused", error.code == 400, error.code)
