@@ -148,6 +148,11 @@ impl Activity for CallPromptActivity {
     }
 
     fn check(&self, _node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue> {
+        // A model call with MCP tools (`config.mcp`) needs an MCP client, which this host does
+        // not have: the definition is kept, not runnable here (`422 capability_required`).
+        if config.get("mcp").is_some_and(|mcp| !mcp.is_null()) {
+            return Err(ConfigIssue::Capability("mcpClient"));
+        }
         node::parse(config).map(drop).map_err(ConfigIssue::Invalid)
     }
 

@@ -320,3 +320,12 @@ fn usage_a_provider_does_not_report_is_estimated_at_four_bytes_a_token() {
     assert_eq!(estimated_tokens(&messages), 3, "9 bytes");
     assert_eq!(estimated_tokens(&json!([])), 0);
 }
+
+#[test]
+fn a_model_call_with_mcp_tools_needs_the_mcp_client_this_host_lacks() {
+    let node =
+        CallPromptActivity::new(crate::http::HttpClient::system(Default::default()), Providers::default(), None, false);
+    let config = json!({"mcp": {"tool": "echo", "arguments": {"text": "x"}}});
+    let issue = node.check("n", config.as_object().unwrap()).unwrap_err();
+    assert_eq!(issue, ConfigIssue::Capability("mcpClient"));
+}
