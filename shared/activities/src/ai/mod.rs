@@ -274,7 +274,9 @@ impl Activity for CallPromptActivity {
                 json!({
                     "supported": ids,
                     "byok": byok,
-                    "policies": { "modes": config::POLICY_MODES, "scopes": ["workspace"], "errorCode": "provider_policy_denied" },
+                    // One resolution layer: each provider's policy in the host's providers
+                    // document (no workspace or project layer exists here).
+                    "policies": { "modes": config::POLICY_MODES, "scopes": ["host"], "errorCode": "provider_policy_denied" },
                 }),
             ),
             (

@@ -305,6 +305,7 @@ fn capabilities_name_the_providers_and_the_mocks_only_with_the_seams() {
         activity(local()).capabilities().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
     assert_eq!(blocks["aiProviders"]["supported"], json!(["local"]));
     assert_eq!(blocks["aiProviders"]["policies"]["errorCode"], "provider_policy_denied");
+    assert_eq!(blocks["aiProviders"]["policies"]["scopes"], json!(["host"]), "the one layer policies resolve at");
     assert_eq!(blocks["providerUsage"], json!({"supported": true, "costEstimates": false, "currency": "USD"}));
     assert_eq!(blocks["testing"]["mockProviders"][0], "stream-text");
     let off = CallPromptActivity::new(HttpClient::system(Default::default()), local(), None, false);
