@@ -2,7 +2,8 @@
 //! against one fake model provider on 127.0.0.1 (the testkit's), with the same scripted
 //! replies for both: a structured answer validated; an invalid answer repaired once, then
 //! failed `response_schema_invalid`; a 429 retried per the node's `settings.retry`; a streamed
-//! answer in batched `output.chunk` events, in order; `provider.usage` before `node.completed`;
+//! answer in batched `output.chunk` events, in order (and, on the API function's `messages`
+//! stream, one `ai.message.chunk` frame per token); `provider.usage` before `node.completed`;
 //! a budget breach under `fail` and under `interrupt` (the `usage-only` mock). Each scenario's
 //! whole event sequence (the `debug` log) is the same on both backends. Without the emulators
 //! the suite is ignored.
@@ -180,6 +181,22 @@ async fn model_calls_behave_the_same_on_aws_as_embedded() {
     assert_eq!(chunks.last().unwrap()["payload"]["chunk"]["isLast"], true);
     assert!(position(&log, "provider.usage") < position(&log, "node.completed"));
     assert_eq!(snapshot["variables"]["ask"]["text"], tokens.concat());
+    // The same batches on the API function's `messages` stream: one frame per token, in order.
+    let run_id = snapshot["runId"].as_str().unwrap().to_owned();
+    let path = format!("/v1/runs/{run_id}/events?streamMode=messages");
+    let (status, body) = pair.aws.request_bytes("GET", &path, None, true, Some("text/event-stream")).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8(body).unwrap();
+    let frames: Vec<Value> = text
+        .split("\n\n")
+        .filter(|frame| frame.contains("event: ai.message.chunk"))
+        .map(|frame| serde_json::from_str(frame.split_once("data: ").unwrap().1).unwrap())
+        .collect();
+    assert_eq!(frames.len(), tokens.len(), "{text}");
+    let streamed: Vec<&str> = frames.iter().map(|frame| frame["chunk"].as_str().unwrap()).collect();
+    assert_eq!(streamed, tokens.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(frames.last().unwrap()["isLast"], true);
+    assert!(frames[..frames.len() - 1].iter().all(|frame| frame["isLast"] == false));
 
     pair.host.stop().await;
 }

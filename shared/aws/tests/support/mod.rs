@@ -121,6 +121,20 @@ impl Stack {
         bearer: bool,
         accept: Option<&str>,
     ) -> (u16, Value) {
+        let (status, bytes) = self.request_bytes(method, path, body, bearer, accept).await;
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// [`Stack::request_accepting`], answering the body's bytes (e.g. a finished run's
+    /// Server-Sent Events).
+    pub async fn request_bytes(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        bearer: bool,
+        accept: Option<&str>,
+    ) -> (u16, Vec<u8>) {
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         let query: HashMap<&str, &str> = query.split('&').filter_map(|pair| pair.split_once('=')).collect();
         let event = json!({
@@ -155,7 +169,7 @@ impl Stack {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status().as_u16();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (status, bytes.to_vec())
     }
 
     pub async fn create(&self, body: Value) -> String {
