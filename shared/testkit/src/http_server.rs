@@ -187,14 +187,28 @@ impl Drop for TestServer {
 }
 
 async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>) {
-    // Dropping the set (when the accept task is aborted) aborts every connection task.
+    serve(listener, move |request| handle(request, Arc::clone(&state))).await;
+}
+
+/// Serves HTTP/1.1 on `listener` until the task running it is aborted, each connection on a
+/// task of its own (dropping the set aborts them all); `handle` answers every request. The
+/// testkit's loopback servers (this one, the fake model provider) share it.
+pub(crate) async fn serve<H, F, B, E>(listener: TcpListener, handle: H)
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = Result<Response<B>, E>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut connections = JoinSet::new();
     loop {
         let Ok((stream, _peer)) = listener.accept().await else { continue };
-        let state = Arc::clone(&state);
+        let handle = handle.clone();
         connections.spawn(async move {
-            let service = service_fn(move |request| handle(request, Arc::clone(&state)));
-            // A client that hangs up early (timeouts, capped bodies) is expected.
+            // A client that hangs up early (timeouts, capped bodies, scripted drops) is expected.
+            let service = service_fn(handle);
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
         while connections.try_join_next().is_some() {}

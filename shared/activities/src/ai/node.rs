@@ -136,13 +136,7 @@ pub fn parse(config: &Map<String, Value>) -> Result<NodeConfig, String> {
             Some(_) => return Err(format!("config.{key} must be a boolean")),
         }
     }
-    let timeout_ms = match config.get("timeoutMs") {
-        None | Some(Value::Null) => DEFAULT_TIMEOUT_MS,
-        Some(value) => value
-            .as_u64()
-            .filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms))
-            .ok_or_else(|| format!("config.timeoutMs must be an integer from 1 to {MAX_TIMEOUT_MS}"))?,
-    };
+    let timeout_ms = crate::http::config::timeout_ms(config, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS)?;
     if prompt.is_none() && messages.is_empty() && prompt_id.is_none() {
         return Err("config needs prompt, messages or promptId".to_owned());
     }

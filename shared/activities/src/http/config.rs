@@ -230,13 +230,7 @@ pub fn parse(config: &Map<String, Value>) -> Result<HttpConfig, String> {
         }
     };
 
-    let timeout_ms = match config.get("timeoutMs") {
-        None | Some(Value::Null) => DEFAULT_TIMEOUT_MS,
-        Some(value) => value
-            .as_u64()
-            .filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms))
-            .ok_or_else(|| format!("config.timeoutMs must be an integer from 1 to {MAX_TIMEOUT_MS}"))?,
-    };
+    let timeout_ms = timeout_ms(config, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS)?;
 
     let expect = match config.get("expectStatus") {
         Some(Value::String(_)) => return Err(EXPECT_RULE.to_owned()),
@@ -270,4 +264,16 @@ pub fn check_static_url(url: &str) -> Result<(), String> {
         return Err("config.url may not carry credentials (user:password@); send an Authorization header".to_owned());
     }
     Ok(())
+}
+
+/// A work node's `config.timeoutMs` (its per-attempt timeout): `default` when absent, an
+/// integer from 1 to `max` otherwise.
+pub(crate) fn timeout_ms(config: &Map<String, Value>, default: u64, max: u64) -> Result<u64, String> {
+    match config.get("timeoutMs") {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => value
+            .as_u64()
+            .filter(|ms| (1..=max).contains(ms))
+            .ok_or_else(|| format!("config.timeoutMs must be an integer from 1 to {max}")),
+    }
 }

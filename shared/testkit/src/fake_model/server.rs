@@ -8,29 +8,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http_body_util::BodyExt;
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use super::{lock, wire, Api, Content, ModelReply, ModelRequest, State, Usage};
 
 pub(super) async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>) {
-    // Dropping the set (when the accept task is aborted) aborts every connection task.
-    let mut connections = JoinSet::new();
-    loop {
-        let Ok((stream, _peer)) = listener.accept().await else { continue };
-        let state = Arc::clone(&state);
-        connections.spawn(async move {
-            let service = service_fn(move |request| handle(request, Arc::clone(&state)));
-            // A client that hangs up early, or a scripted drop, ends the connection.
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
-        while connections.try_join_next().is_some() {}
-    }
+    crate::http_server::serve(listener, move |request| handle(request, Arc::clone(&state))).await;
 }
 
 /// The error that makes hyper close a connection (a scripted drop).
