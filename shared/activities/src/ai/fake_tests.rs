@@ -61,6 +61,17 @@ async fn run(
     (result, reports)
 }
 
+/// The chunk batches among `reports`, in order.
+fn batches(reports: &[Progress]) -> Vec<ChunkBatch> {
+    reports
+        .iter()
+        .filter_map(|report| match report {
+            Progress::Chunk { data } => ChunkBatch::from_value(data),
+            _ => None,
+        })
+        .collect()
+}
+
 fn usages(reports: &[Progress]) -> usize {
     reports.iter().filter(|report| matches!(report, Progress::Usage(_))).count()
 }
@@ -97,13 +108,7 @@ async fn streams_arrive_in_order_in_fewer_batches_than_tokens_for_both_kinds() {
             run(&node, json!({"provider": provider, "model": model_id, "prompt": "go", "stream": true}), None).await;
         let outputs = result.unwrap();
         assert_eq!(outputs["text"], tokens.concat());
-        let batches: Vec<ChunkBatch> = reports
-            .iter()
-            .filter_map(|report| match report {
-                Progress::Chunk { data } => ChunkBatch::from_value(data),
-                _ => None,
-            })
-            .collect();
+        let batches = batches(&reports);
         assert!(!batches.is_empty() && batches.len() < tokens.len(), "{provider}: {} batches", batches.len());
         let streamed: String = batches.iter().flat_map(|batch| batch.parts.iter().cloned()).collect();
         assert_eq!(streamed, tokens.concat());
@@ -229,13 +234,7 @@ async fn a_slow_stream_is_flushed_in_several_ordered_batches_never_one_per_token
     let node = node(&model, Value::Null);
     let (result, reports) = run(&node, json!({"provider": "oa", "prompt": "go", "stream": true}), None).await;
     assert_eq!(result.unwrap()["text"], tokens.concat());
-    let batches: Vec<ChunkBatch> = reports
-        .iter()
-        .filter_map(|report| match report {
-            Progress::Chunk { data } => ChunkBatch::from_value(data),
-            _ => None,
-        })
-        .collect();
+    let batches = batches(&reports);
     assert!(batches.len() >= 2 && batches.len() < tokens.len(), "{} batches", batches.len());
     assert!(batches[..batches.len() - 1].iter().all(|batch| !batch.is_last && batch.meta.is_none()));
     assert!(batches.last().unwrap().is_last);
