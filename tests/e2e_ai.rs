@@ -109,8 +109,7 @@ async fn model_calls_end_to_end_with_both_providers_and_no_key_anywhere() {
     model.require_key(CANARY);
     let (host, client) = host_with(&model, dir.path()).await;
 
-    let discovery: Value =
-        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    let discovery = client.discovery().await;
     assert_eq!(discovery["aiProviders"]["supported"], json!(["oa", "an"]), "{discovery}");
     assert_eq!(discovery["providerUsage"], json!({"supported": true, "costEstimates": true, "currency": "USD"}));
     assert!(discovery.get("testing").is_none(), "no mock providers without the test seams");
@@ -232,8 +231,7 @@ async fn the_stream_text_mock_answers_a_test_run_without_any_provider() {
     args.test_seams = true;
     let host = start(args).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
-    let discovery: Value =
-        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    let discovery = client.discovery().await;
     assert!(discovery["testing"]["mockProviders"].as_array().unwrap().contains(&json!("stream-text")), "{discovery}");
 
     register(
@@ -319,8 +317,7 @@ async fn ai_discovery_blocks_and_events_match_the_official_schemas() {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start().await;
     let (host, client) = host_with(&model, dir.path()).await;
-    let discovery: Value =
-        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    let discovery = client.discovery().await;
     let capabilities = |name: &str| format!("capabilities.schema.json#/properties/{name}");
     reference.assert_invalid(&capabilities("aiProviders"), &json!({"supported": "oa"}));
     for block in ["aiProviders", "providerUsage"] {

@@ -141,8 +141,7 @@ async fn discovery_says_a_workers_token_lasts_until_the_interrupts_timeout() {
     assert_eq!(epoch_ms("1970-01-02T00:00:01.500Z"), 86_401_500, "the test's own parser");
     let host = start(serve_args(None)).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
-    let discovery: Value =
-        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    let discovery = client.discovery().await;
     let interrupts = &discovery["interrupts"];
     assert_eq!(interrupts["externalEventTokenTtl"], "interrupt-timeout", "{interrupts}");
     let other_kinds_ms = interrupts["tokenTtlSeconds"].as_i64().unwrap() * 1000;

@@ -78,8 +78,7 @@ async fn resolved_secrets_never_reach_events_snapshots_bundles_or_logs() {
     args.test_seams = true;
     let host = start(args).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
-    let discovery: Value =
-        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    let discovery = client.discovery().await;
     assert_eq!(discovery["secrets"], json!({"supported": true, "scopes": ["tenant"], "resolution": "host-managed"}));
     assert!(discovery["nodeTypes"].as_array().unwrap().contains(&json!(ECHO)));
 
@@ -132,8 +131,7 @@ async fn a_host_without_secrets_advertises_none_and_fails_with_credential_unavai
     args.test_seams = true;
     let host = start(args).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
-    let discovery: Value =
-        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    let discovery = client.discovery().await;
     assert!(discovery.get("secrets").is_none(), "{}", discovery["secrets"]);
     let run_id = client.create(json!({"workflowId": FIXTURE, "inputs": {}})).await;
     let snapshot = client.wait_terminal(&run_id, WITHIN).await;
@@ -160,8 +158,7 @@ async fn without_the_test_seams_there_is_no_secret_echo_kind() {
     args.secrets_file = Some(secrets_file(dir.path(), 0o600));
     let host = start(args).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
-    let discovery: Value =
-        reqwest::get(format!("{}/.well-known/openwop", client.base)).await.unwrap().json().await.unwrap();
+    let discovery = client.discovery().await;
     assert!(!discovery["nodeTypes"].as_array().unwrap().contains(&json!(ECHO)), "{}", discovery["nodeTypes"]);
     assert_eq!(discovery["secrets"]["supported"], true, "core.http.request still resolves secrets");
     let advertised = discovery["fixtures"].as_array().cloned().unwrap_or_default();

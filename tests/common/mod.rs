@@ -103,6 +103,12 @@ impl Client {
         listing["events"].as_array().cloned().unwrap_or_default()
     }
 
+    /// The discovery document (no key).
+    pub async fn discovery(&self) -> Value {
+        let url = format!("{}/.well-known/openwop", self.base);
+        reqwest::get(url).await.expect("discovery").json().await.expect("discovery is JSON")
+    }
+
     pub async fn snapshot(&self, run_id: &str) -> Value {
         self.request("GET", &format!("/v1/runs/{run_id}"), None).await.1
     }
