@@ -18,6 +18,14 @@
 //! one provider is `default`; `policy.mode` is `disabled`, `optional` (the default),
 //! `required` (the node must bring its own key: BYOK) or `restricted` (`allowedModels`
 //! globs, `*` and `?`; an empty list denies every model).
+//!
+//! `kind: "bedrock"` (Amazon Bedrock's Converse API) is served on the AWS backend only:
+//! `{id, kind: "bedrock", region?, models, default?, policy?}` — no `baseUrl` (the AWS SDK
+//! resolves the endpoint; `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` overrides it) and no
+//! `credentialsRef` (the host's IAM role signs the calls), so no `required` (BYOK) policy
+//! either. [`parse_providers`] (the embedded host) refuses such an entry ("bedrock providers
+//! need the AWS backend"); [`parse_providers_for`] with [`Backend::Aws`] accepts it, and the
+//! AWS composition root attaches the Converse client ([`ProviderConfig::backend`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -32,6 +40,8 @@ pub enum ProviderKind {
     OpenAi,
     /// The Anthropic Messages API.
     Anthropic,
+    /// Amazon Bedrock's Converse API (AWS backend only; IAM auth, no key).
+    Bedrock,
 }
 
 impl ProviderKind {
@@ -40,8 +50,18 @@ impl ProviderKind {
         match self {
             Self::OpenAi => "openai",
             Self::Anthropic => "anthropic",
+            Self::Bedrock => "bedrock",
         }
     }
+}
+
+/// The backend a providers document is read for: which kinds it can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded host: `openai` and `anthropic` (it carries no AWS SDK).
+    Embedded,
+    /// The AWS functions: `bedrock` too.
+    Aws,
 }
 
 /// One model a provider serves, with optional prices.
@@ -193,11 +213,16 @@ impl fmt::Debug for ProviderKey {
 /// One configured provider.
 #[derive(Debug, Clone)]
 pub struct ProviderConfig {
+    /// `region` of a `bedrock` provider (default: the host's AWS region).
+    pub region: Option<String>,
+    /// The client of a kind this crate does not speak itself (`bedrock`: attached by the AWS
+    /// composition root with [`Providers::attach_backend`]); `None` for `openai`/`anthropic`.
+    pub backend: Option<std::sync::Arc<dyn super::provider::ModelBackend>>,
     /// The id nodes name (`config.provider`) and usage reports carry.
     pub id: String,
     /// The wire protocol.
     pub kind: ProviderKind,
-    /// The base URL, without a trailing `/`.
+    /// The base URL, without a trailing `/` (empty for `bedrock`).
     pub base_url: String,
     /// The host's key for it.
     pub key: ProviderKey,
@@ -236,21 +261,27 @@ fn error(field: impl Into<String>, rule: impl Into<String>) -> ProviderConfigErr
     ProviderConfigError { field: field.into(), rule: rule.into() }
 }
 
-/// Parses the providers document (see the module docs).
+/// Parses the providers document for the embedded host (see the module docs; `bedrock`
+/// entries are refused).
 pub fn parse_providers(json: &str) -> Result<Providers, ProviderConfigError> {
+    parse_providers_for(json, Backend::Embedded)
+}
+
+/// Parses the providers document for `backend`.
+pub fn parse_providers_for(json: &str, backend: Backend) -> Result<Providers, ProviderConfigError> {
     let value: Value =
         serde_json::from_str(json).map_err(|parse| error("providers", format!("is not valid JSON ({parse})")))?;
     let items = value.as_array().ok_or_else(|| error("providers", "must be a JSON array of providers"))?;
     let mut providers = Providers::default();
     for (index, item) in items.iter().enumerate() {
-        providers.add(parse_provider(item, &format!("providers[{index}]"))?)?;
+        providers.add(parse_provider(item, &format!("providers[{index}]"), backend)?)?;
     }
     Ok(providers)
 }
 
-fn parse_provider(item: &Value, at: &str) -> Result<ProviderConfig, ProviderConfigError> {
+fn parse_provider(item: &Value, at: &str, backend: Backend) -> Result<ProviderConfig, ProviderConfigError> {
     let object = item.as_object().ok_or_else(|| error(at, "must be an object"))?;
-    const FIELDS: [&str; 7] = ["id", "kind", "baseUrl", "credentialsRef", "models", "default", "policy"];
+    const FIELDS: [&str; 8] = ["id", "kind", "baseUrl", "credentialsRef", "models", "default", "policy", "region"];
     if let Some(key) = object.keys().find(|key| !FIELDS.contains(&key.as_str())) {
         return Err(error(format!("{at}.{key}"), format!("is not a provider field (allowed: {FIELDS:?})")));
     }
@@ -264,8 +295,16 @@ fn parse_provider(item: &Value, at: &str) -> Result<ProviderConfig, ProviderConf
     let kind = match required_string(object, "kind", at)?.as_str() {
         "openai" => ProviderKind::OpenAi,
         "anthropic" => ProviderKind::Anthropic,
-        _ => return Err(error(format!("{at}.kind"), "must be \"openai\" or \"anthropic\"")),
+        "bedrock" if backend == Backend::Aws => ProviderKind::Bedrock,
+        "bedrock" => return Err(error(format!("{at}.kind"), "bedrock providers need the AWS backend")),
+        _ => return Err(error(format!("{at}.kind"), "must be \"openai\", \"anthropic\" or \"bedrock\"")),
     };
+    if kind == ProviderKind::Bedrock {
+        return parse_bedrock(object, at, id);
+    }
+    if object.contains_key("region") {
+        return Err(error(format!("{at}.region"), "applies to kind \"bedrock\" only"));
+    }
     let base_url = check_base_url(&required_string(object, "baseUrl", at)?)
         .map_err(|rule| error(format!("{at}.baseUrl"), rule))?;
     let key = match object.get("credentialsRef") {
@@ -276,6 +315,12 @@ fn parse_provider(item: &Value, at: &str) -> Result<ProviderConfig, ProviderConf
         }
         Some(_) => return Err(error(format!("{at}.credentialsRef"), "must be a secret reference (a string)")),
     };
+    let (models, default, policy) = parse_common(object, at)?;
+    Ok(ProviderConfig { id, kind, base_url, key, models, default, policy, region: None, backend: None })
+}
+
+/// `models`, `default` and `policy`, the same for every kind.
+fn parse_common(object: &Map<String, Value>, at: &str) -> Result<(Vec<ModelEntry>, bool, Policy), ProviderConfigError> {
     let models = parse_models(object.get("models"), &format!("{at}.models"))?;
     let default = match object.get("default") {
         None | Some(Value::Null) => false,
@@ -286,7 +331,52 @@ fn parse_provider(item: &Value, at: &str) -> Result<ProviderConfig, ProviderConf
         None | Some(Value::Null) => Policy::default(),
         Some(policy) => parse_policy(policy, &format!("{at}.policy"))?,
     };
-    Ok(ProviderConfig { id, kind, base_url, key, models, default, policy })
+    Ok((models, default, policy))
+}
+
+/// A `bedrock` entry: `region?` instead of `baseUrl`, the host's IAM role instead of a key.
+fn parse_bedrock(object: &Map<String, Value>, at: &str, id: String) -> Result<ProviderConfig, ProviderConfigError> {
+    if object.contains_key("baseUrl") {
+        return Err(error(
+            format!("{at}.baseUrl"),
+            "bedrock providers take no baseUrl (the AWS SDK resolves the endpoint; AWS_ENDPOINT_URL_BEDROCK_RUNTIME overrides it)",
+        ));
+    }
+    if object.contains_key("credentialsRef") {
+        return Err(error(
+            format!("{at}.credentialsRef"),
+            "bedrock providers take no credentialsRef (calls are signed with the host's IAM role)",
+        ));
+    }
+    let region = match object.get("region") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(region))
+            if !region.is_empty()
+                && region.len() <= 32
+                && region.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') =>
+        {
+            Some(region.clone())
+        }
+        Some(_) => return Err(error(format!("{at}.region"), "must be an AWS region name (e.g. \"us-east-1\")")),
+    };
+    let (models, default, policy) = parse_common(object, at)?;
+    if policy.mode == PolicyMode::Required {
+        return Err(error(
+            format!("{at}.policy.mode"),
+            "\"required\" (bring your own key) does not apply to bedrock providers (IAM auth, no keys)",
+        ));
+    }
+    Ok(ProviderConfig {
+        id,
+        kind: ProviderKind::Bedrock,
+        base_url: String::new(),
+        key: ProviderKey::None,
+        models,
+        default,
+        policy,
+        region,
+        backend: None,
+    })
 }
 
 fn required_string(object: &Map<String, Value>, key: &str, at: &str) -> Result<String, ProviderConfigError> {
@@ -435,7 +525,22 @@ impl Providers {
             models,
             default: !self.list.iter().any(|existing| existing.default),
             policy: Policy::default(),
+            region: None,
+            backend: None,
         })
+    }
+
+    /// Gives every provider of `kind` the client `backend` (the AWS composition root: the
+    /// Bedrock Converse client).
+    pub fn attach_backend(&mut self, kind: ProviderKind, backend: std::sync::Arc<dyn super::provider::ModelBackend>) {
+        for provider in self.list.iter_mut().filter(|provider| provider.kind == kind) {
+            provider.backend = Some(backend.clone());
+        }
+    }
+
+    /// Whether a provider of `kind` is configured.
+    pub fn has_kind(&self, kind: ProviderKind) -> bool {
+        self.list.iter().any(|provider| provider.kind == kind)
     }
 
     /// Every provider.
@@ -464,5 +569,83 @@ impl Providers {
     /// Whether any model has a price.
     pub fn has_prices(&self) -> bool {
         self.list.iter().flat_map(|provider| &provider.models).any(|model| model.cost(0, 0).is_some())
+    }
+}
+
+#[cfg(test)]
+mod bedrock_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn parse(document: &Value, backend: Backend) -> Result<Providers, ProviderConfigError> {
+        parse_providers_for(&document.to_string(), backend)
+    }
+
+    #[test]
+    fn bedrock_entries_parse_on_aws_only() {
+        let document = json!([{"id": "br", "kind": "bedrock", "region": "eu-west-1", "default": true,
+            "models": [{"id": "anthropic.claude-3-haiku-20240307-v1:0", "inputUsdPerMTok": 0.25, "outputUsdPerMTok": 1.25}],
+            "policy": {"mode": "restricted", "allowedModels": ["anthropic.*"]}}]);
+        let providers = parse(&document, Backend::Aws).expect("parses on AWS");
+        let provider = providers.get("br").expect("configured");
+        assert_eq!(
+            (provider.kind, provider.region.as_deref(), provider.base_url.as_str()),
+            (ProviderKind::Bedrock, Some("eu-west-1"), "")
+        );
+        assert!(matches!(provider.key, ProviderKey::None) && provider.backend.is_none());
+        assert!(providers.has_kind(ProviderKind::Bedrock));
+        let embedded = parse_providers(&document.to_string()).unwrap_err();
+        assert_eq!(embedded.field, "providers[0].kind");
+        assert_eq!(embedded.rule, "bedrock providers need the AWS backend");
+    }
+
+    #[test]
+    fn bedrock_entries_take_no_base_url_key_or_byok_policy() {
+        let cases = [
+            (json!({"baseUrl": "https://bedrock.example"}), "providers[0].baseUrl"),
+            (json!({"credentialsRef": "aws-key"}), "providers[0].credentialsRef"),
+            (json!({"policy": {"mode": "required"}}), "providers[0].policy.mode"),
+            (json!({"region": "US EAST"}), "providers[0].region"),
+        ];
+        for (extra, field) in cases {
+            let mut entry = json!({"id": "br", "kind": "bedrock", "models": ["m"]});
+            entry.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let error = parse(&json!([entry]), Backend::Aws).unwrap_err();
+            assert_eq!(error.field, field, "{error}");
+        }
+        let region_on_openai = json!([{"id": "o", "kind": "openai", "baseUrl": "http://127.0.0.1:1", "models": ["m"], "region": "us-east-1"}]);
+        assert_eq!(parse(&region_on_openai, Backend::Aws).unwrap_err().field, "providers[0].region");
+    }
+
+    #[test]
+    fn a_node_naming_bedrock_is_refused_where_no_bedrock_provider_serves_it() {
+        use trellis_core::activity::Activity;
+        use trellis_core::interrupt::request::ConfigIssue;
+        let node = |providers: Providers| {
+            crate::ai::CallPromptActivity::new(
+                crate::http::HttpClient::system(Default::default()),
+                providers,
+                None,
+                false,
+            )
+        };
+        let config = |value: Value| value.as_object().cloned().unwrap();
+        let by_id = config(json!({"provider": "bedrock", "prompt": "hi"}));
+        let by_arn = config(
+            json!({"model": "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-micro-v1:0", "prompt": "hi"}),
+        );
+        let refused = Err(ConfigIssue::Capability(crate::ai::BEDROCK_CAPABILITY));
+        let embedded = node(Providers::none());
+        assert_eq!(embedded.check("ask", &by_id), refused);
+        assert_eq!(embedded.check("ask", &by_arn), refused);
+        // Another unknown id stays a run-time `provider_not_supported`, as before.
+        assert_eq!(embedded.check("ask", &config(json!({"provider": "other", "prompt": "hi"}))), Ok(()));
+        let document = json!([{"id": "bedrock", "kind": "bedrock", "models": ["amazon.nova-micro-v1:0"]}]);
+        let aws = node(parse(&document, Backend::Aws).unwrap());
+        assert_eq!(aws.check("ask", &by_id), Ok(()));
+        assert_eq!(aws.check("ask", &by_arn), Ok(()));
+        let byok = aws.capabilities().into_iter().find(|(name, _)| *name == "aiProviders").unwrap().1;
+        assert_eq!((byok["supported"].clone(), byok["byok"].clone()), (json!(["bedrock"]), json!([])));
     }
 }

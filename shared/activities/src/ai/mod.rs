@@ -21,6 +21,14 @@
 //! too, and a failed one's when the provider reported usage) is reported as
 //! [`Progress::Usage`] before the attempt returns. Outputs: `{text, data?, finishReason,
 //! model, provider, usage{inputTokens, outputTokens, totalTokens}}`.
+//!
+//! Amazon Bedrock (`kind: "bedrock"`, AWS backend only) goes through the same attempt: its
+//! Converse client is a [`provider::ModelBackend`] the AWS composition root attaches to the
+//! providers. A node naming the provider id `bedrock` (the conventional id, RFC 0067 §C) on a
+//! host with no provider of that id, or a Bedrock model ARN (`arn:aws:bedrock:…`) on a host
+//! with no `bedrock` provider — always so on the embedded host — is refused at registration
+//! (`422 capability_required`, `requiredCapability: "aiProviders.bedrock"`); a node's own
+//! `credentialsRef` on a `bedrock` provider fails `credential_forbidden` (IAM auth, no BYOK).
 
 pub mod anthropic;
 pub mod config;
@@ -46,8 +54,11 @@ use trellis_core::run::RunError;
 use trellis_core::secrets::{self, Secret, SecretResolver};
 
 use crate::http::HttpClient;
-pub use config::{parse_providers, ProviderConfig, ProviderConfigError, ProviderKind, Providers};
+pub use config::{
+    parse_providers, parse_providers_for, Backend, ProviderConfig, ProviderConfigError, ProviderKind, Providers,
+};
 use config::{Denial, PolicyMode, ProviderKey};
+pub use provider::ModelBackend;
 use provider::{Answer, Failure, Invocation, Turn};
 
 /// The node's `typeId`.
@@ -153,7 +164,11 @@ impl Activity for CallPromptActivity {
         if config.get("mcp").is_some_and(|mcp| !mcp.is_null()) {
             return Err(ConfigIssue::Capability("mcpClient"));
         }
-        node::parse(config).map(drop).map_err(ConfigIssue::Invalid)
+        let parsed = node::parse(config).map_err(ConfigIssue::Invalid)?;
+        if self.names_unserved_bedrock(&parsed) {
+            return Err(ConfigIssue::Capability(BEDROCK_CAPABILITY));
+        }
+        Ok(())
     }
 
     /// A chat completion has no side effect at the provider: retried under
@@ -206,6 +221,17 @@ impl Activity for CallPromptActivity {
             .policy
             .decide(&prepared.model, call.credentials_ref.is_some())
             .map_err(|reason| denied(&provider.id, reason))?;
+        if provider.kind == ProviderKind::Bedrock && call.credentials_ref.is_some() {
+            return Err(ActivityError::new(
+                "credential_forbidden",
+                format!(
+                    "provider `{}` (kind bedrock) is called with the host's IAM role: no credentialsRef",
+                    provider.id
+                ),
+                false,
+            )
+            .with_details(json!({ "provider": provider.id })));
+        }
         let key = self.key(call, provider).await?;
 
         let messages = prepared.messages.clone();
@@ -264,6 +290,7 @@ impl Activity for CallPromptActivity {
                 .iter()
                 .filter(|provider| provider.policy.mode != PolicyMode::Disabled)
                 .map(|provider| provider.id.as_str())
+                .filter(|provider| provider.kind != ProviderKind::Bedrock)
                 .collect()
         } else {
             Vec::new()
@@ -292,7 +319,19 @@ impl Activity for CallPromptActivity {
 }
 
 impl CallPromptActivity {
+/// `requiredCapability` of a node that needs a Bedrock provider this host does not have.
+pub const BEDROCK_CAPABILITY: &str = "aiProviders.bedrock";
+
     /// The key for this attempt: the node's own `credentialsRef` (BYOK), else the provider's.
+    /// Whether `node` names Bedrock where this host serves none: the provider id `bedrock`
+    /// not configured here, or a Bedrock model ARN with no `bedrock` provider configured.
+    fn names_unserved_bedrock(&self, node: &node::NodeConfig) -> bool {
+        let unconfigured_id = node.provider.as_deref() == Some("bedrock") && self.providers.get("bedrock").is_none();
+        let arn = node.model.as_deref().is_some_and(|model| model.starts_with("arn:aws:bedrock:"))
+            && !self.providers.has_kind(ProviderKind::Bedrock);
+        unconfigured_id || arn
+    }
+
     async fn key(&self, call: &ActivityCall, provider: &ProviderConfig) -> Result<Option<Arc<Secret>>, ActivityError> {
         if let Some(reference) = call.credentials_ref.as_deref() {
             return match secrets::resolve_with(self.secrets.as_deref(), &call.tenant, reference).await {

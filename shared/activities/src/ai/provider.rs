@@ -9,6 +9,10 @@
 //! | 401, 403 | `provider_auth_failed` (never the key, never the body) | no |
 //! | 400 and other 4xx | `provider_request_rejected` (a short key-free excerpt) | no |
 //! | 3xx (redirects are not followed) | `provider_unavailable` | no |
+//!
+//! A `bedrock` provider is not called over this client: [`invoke`] hands its invocation to
+//! the provider's [`ModelBackend`] (the AWS backend's Converse client), whose errors map onto
+//! the same codes ([`status_error`]).
 
 use std::time::Instant;
 
@@ -165,7 +169,9 @@ fn retry_after_ms(headers: &[(String, String)]) -> Option<u64> {
         .map(|seconds| (seconds * 1000.0) as u64)
 }
 
-fn status_error(
+/// The error of a provider's non-2xx answer (the table in the module docs); `body` is the
+/// provider's error document (its `message` or `error.message` becomes a key-free excerpt).
+pub fn status_error(
     provider: &str,
     status: u16,
     headers: &[(String, String)],
@@ -252,6 +258,7 @@ fn outbound(invocation: &Invocation<'_>) -> Result<OutboundRequest, ActivityErro
     Ok(OutboundRequest {
         method: Method::POST,
         url,
+        ProviderKind::Bedrock => return Err(bad("bedrock is called through its backend, not over HTTP")),
         headers,
         body: Bytes::from(body),
         timeout: invocation.deadline.saturating_duration_since(Instant::now()),
@@ -259,6 +266,7 @@ fn outbound(invocation: &Invocation<'_>) -> Result<OutboundRequest, ActivityErro
 }
 
 /// Makes one invocation. With `stream`, the tokens are reported through `progress` in
+            ProviderKind::Bedrock => return Err(bad("bedrock providers take no key")),
 /// batches; the final batch (`isLast`, `meta`) is reported before this returns.
 pub async fn invoke(
     client: &HttpClient,
@@ -293,6 +301,9 @@ pub async fn invoke(
             ProviderKind::Anthropic => anthropic::parse(&value),
         }
         .map_err(|message| unavailable(id, format!("provider `{id}`'s answer is unreadable: {message}"), true))?;
+    if invocation.provider.kind == ProviderKind::Bedrock {
+        return invoke_backend(invocation, progress).await;
+    }
         if invocation.stream {
             // Asked to stream, answered whole: one final batch.
             let mut batcher = Batcher::new();
@@ -318,6 +329,7 @@ pub fn meta(invocation: &Invocation<'_>, answer: &Answer) -> Value {
 }
 
 async fn read_stream(
+            ProviderKind::Bedrock => Err("bedrock answers through its backend".to_owned()),
     response: &mut StreamingResponse,
     invocation: &Invocation<'_>,
     progress: &dyn ProgressSink,
@@ -332,6 +344,39 @@ async fn read_stream(
     let mut read = 0usize;
     let failure = |state: &StreamState, batcher: &Batcher, error: ActivityError| {
         let mut partial = state.answer.clone();
+/// A model API whose client lives outside this crate: Amazon Bedrock's Converse, attached to
+/// `bedrock` providers by the AWS composition root ([`super::config::Providers::attach_backend`];
+/// the embedded binary carries no AWS SDK). Policy, keys, usage, structured output and its
+/// repair turn, chunk batches, identity and retries stay the caller's, as for the HTTP kinds.
+#[async_trait::async_trait]
+pub trait ModelBackend: Send + Sync + std::fmt::Debug {
+    /// One whole (non-streamed) turn of `invocation`; failures carry the HTTP kinds' codes
+    /// and retry classes.
+    async fn converse(&self, invocation: &Invocation<'_>) -> Result<Answer, Failure>;
+}
+
+/// A `bedrock` invocation: through the provider's backend, the answer reported as one final
+/// chunk batch when a stream was asked for (Converse is not streamed).
+async fn invoke_backend(invocation: &Invocation<'_>, progress: &dyn ProgressSink) -> Result<Answer, Failure> {
+    let id = invocation.provider.id.as_str();
+    let Some(backend) = invocation.provider.backend.as_deref() else {
+        return Err(ActivityError::new(
+            "provider_not_supported",
+            format!("provider `{id}` is of kind bedrock, which needs the AWS backend"),
+            false,
+        )
+        .with_details(json!({ "provider": id }))
+        .into());
+    };
+    let answer = backend.converse(invocation).await?;
+    if invocation.stream {
+        let mut batcher = Batcher::new();
+        batcher.push(&answer.text, Instant::now());
+        progress.report(Progress::Chunk { data: batcher.finish(meta(invocation, &answer)).to_value() }).await;
+    }
+    Ok(answer)
+}
+
         partial.text = batcher.text().to_owned();
         Failure { error, partial: Some(partial) }
     };
@@ -403,6 +448,7 @@ async fn read_stream(
         let error = unavailable(id, format!("provider `{id}`'s stream ended before the answer finished"), true);
         return Err(failure(&state, &batcher, error));
     }
+                ProviderKind::Bedrock => Err("bedrock answers through its backend".to_owned()),
     let mut answer = state.answer;
     answer.text = batcher.text().to_owned();
     progress.report(Progress::Chunk { data: batcher.finish(meta(invocation, &answer)).to_value() }).await;
