@@ -3,10 +3,57 @@
 //! required (default [`DEFAULT_MAX_TOKENS`]), streamed answers are `message_start` (model,
 //! input tokens), `content_block_delta` (`text_delta`), `message_delta` (stop reason,
 //! output tokens), `message_stop`, or `error`.
+//!
+//! Tool calling: the turn's tools go as `tools: [{name, description, input_schema}]`; an
+//! assistant message with `toolCalls` as content blocks `[{type: "text"}?, {type:
+//! "tool_use", id, name, input}…]`; consecutive tool results as one user message of
+//! `tool_result` blocks `{tool_use_id, content}`; the answer's `tool_use` blocks (and
+//! `thinking` blocks, as reasoning) are read back. A streamed answer carries text only.
 
 use serde_json::{json, Value};
 
-use super::provider::{Answer, StreamState, Turn};
+use super::provider::{Answer, StreamState, ToolCall, Turn};
+
+/// The non-system messages in this wire format: tool calls as `tool_use` blocks, runs of
+/// tool results merged into one user message.
+fn messages(turn: &Turn<'_>) -> Vec<Value> {
+    let mut messages: Vec<Value> = Vec::new();
+    for message in turn.messages {
+        match message.get("role").and_then(Value::as_str) {
+            Some("system") => {}
+            Some("assistant") if message.get("toolCalls").is_some() => {
+                let mut blocks = Vec::new();
+                if let Some(text) = message.get("content").and_then(Value::as_str).filter(|text| !text.is_empty()) {
+                    blocks.push(json!({ "type": "text", "text": text }));
+                }
+                for call in message["toolCalls"].as_array().into_iter().flatten() {
+                    let input = if call["arguments"].is_object() { call["arguments"].clone() } else { json!({}) };
+                    blocks.push(json!({ "type": "tool_use", "id": call["id"], "name": call["name"], "input": input }));
+                }
+                messages.push(json!({ "role": "assistant", "content": blocks }));
+            }
+            Some("tool") => {
+                let block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": message["toolCallId"],
+                    "content": message.get("content").and_then(Value::as_str).unwrap_or_default(),
+                });
+                let merged = messages.last_mut().filter(|last| {
+                    last["role"] == "user"
+                        && last["content"].as_array().is_some_and(|blocks| {
+                            blocks.iter().all(|block| block["type"] == "tool_result")
+                        })
+                });
+                match merged.and_then(|last| last["content"].as_array_mut()) {
+                    Some(blocks) => blocks.push(block),
+                    None => messages.push(json!({ "role": "user", "content": [block] })),
+                }
+            }
+            _ => messages.push(message.clone()),
+        }
+    }
+    messages
+}
 
 /// The API version sent.
 pub const VERSION: &str = "2023-06-01";
@@ -15,19 +62,25 @@ pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
 /// The request body.
 pub fn body(turn: &Turn<'_>, stream: bool) -> Value {
-    let mut system = Vec::new();
-    let mut messages = Vec::new();
-    for message in turn.messages {
-        match message.get("role").and_then(Value::as_str) {
-            Some("system") => system.push(message.get("content").and_then(Value::as_str).unwrap_or_default()),
-            _ => messages.push(message.clone()),
-        }
-    }
+    let system: Vec<&str> = turn
+        .messages
+        .iter()
+        .filter(|message| message.get("role").and_then(Value::as_str) == Some("system"))
+        .map(|message| message.get("content").and_then(Value::as_str).unwrap_or_default())
+        .collect();
     let mut body = json!({
         "model": turn.model,
-        "messages": messages,
+        "messages": messages(turn),
         "max_tokens": turn.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
     });
+    if !turn.tools.is_empty() {
+        let tools: Vec<Value> = turn
+            .tools
+            .iter()
+            .map(|tool| json!({ "name": tool["name"], "description": tool["description"], "input_schema": tool["inputSchema"] }))
+            .collect();
+        body["tools"] = json!(tools);
+    }
     if !system.is_empty() {
         body["system"] = json!(system.join("\n\n"));
     }
@@ -60,12 +113,23 @@ pub fn parse(body: &Value) -> Result<Answer, String> {
         .filter(|block| block.get("type").and_then(Value::as_str) == Some("text"))
         .filter_map(|block| block.get("text").and_then(Value::as_str))
         .collect();
+    let of_type = |kind: &'static str| content.iter().filter(move |block| block.get("type").and_then(Value::as_str) == Some(kind));
+    let tool_calls = of_type("tool_use")
+        .map(|block| ToolCall {
+            id: block.get("id").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            name: block.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            arguments: block.get("input").cloned().unwrap_or_else(|| json!({})),
+        })
+        .collect();
+    let thinking: Vec<&str> = of_type("thinking").filter_map(|block| block.get("thinking").and_then(Value::as_str)).collect();
     Ok(Answer {
         text,
         finish_reason: finish(body.get("stop_reason").and_then(Value::as_str).unwrap_or("end_turn")),
         model: body.get("model").and_then(Value::as_str).map(str::to_owned),
         input_tokens: body.pointer("/usage/input_tokens").and_then(Value::as_u64),
         output_tokens: body.pointer("/usage/output_tokens").and_then(Value::as_u64),
+        tool_calls,
+        reasoning: (!thinking.is_empty()).then(|| thinking.join("\n")),
     })
 }
 

@@ -78,6 +78,7 @@ pub async fn answer(mock: &MockProvider, stream: bool, progress: &dyn ProgressSi
                 model: Some(model.clone()),
                 input_tokens: Some(*prompt_tokens),
                 output_tokens: Some(*completion_tokens),
+                ..Answer::default()
             })
         }
         MockProvider::Error { code, message, retryable, fail_after_ms } => {
@@ -96,6 +97,7 @@ pub async fn answer(mock: &MockProvider, stream: bool, progress: &dyn ProgressSi
                 model: Some(model.clone()),
                 input_tokens: Some(*prompt_tokens),
                 output_tokens: Some(*completion_tokens),
+                ..Answer::default()
             })
         }
     }

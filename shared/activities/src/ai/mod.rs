@@ -244,6 +244,7 @@ impl Activity for CallPromptActivity {
                 temperature: prepared.temperature,
                 max_tokens: prepared.max_tokens,
                 schema: prepared.schema.as_ref(),
+                tools: &[],
             },
             stream: prepared.stream,
             idempotency_key: &call.idempotency_key,

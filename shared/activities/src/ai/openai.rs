@@ -2,14 +2,57 @@
 //! `Authorization: Bearer <key>`): the request body, a whole answer and the streamed
 //! `chat.completion.chunk` events (`data: [DONE]` ends the stream; with
 //! `stream_options.include_usage` the last chunk carries `usage`).
+//!
+//! Tool calling: the turn's tools go as `tools: [{type: "function", function: {name,
+//! description, parameters}}]`; an assistant message with `toolCalls` as `tool_calls: [{id,
+//! type: "function", function: {name, arguments: "<JSON text>"}}]`; a tool result as `{role:
+//! "tool", tool_call_id, content}`; the answer's `message.tool_calls` are read back (their
+//! `arguments` parsed). A streamed answer carries text only (tool turns are not streamed).
 
 use serde_json::{json, Value};
 
-use super::provider::{Answer, StreamState, Turn};
+use super::provider::{Answer, StreamState, ToolCall, Turn};
+
+/// A message of the turn in this wire format (plain `{role, content}` messages unchanged).
+fn message(message: &Value) -> Value {
+    let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
+    let content = message.get("content").cloned().unwrap_or(Value::Null);
+    match (role, message.get("toolCalls").and_then(Value::as_array)) {
+        ("assistant", Some(calls)) => {
+            let calls: Vec<Value> = calls
+                .iter()
+                .map(|call| {
+                    json!({
+                        "id": call["id"],
+                        "type": "function",
+                        "function": { "name": call["name"], "arguments": call["arguments"].to_string() },
+                    })
+                })
+                .collect();
+            let content = if content.as_str().is_some_and(|text| !text.is_empty()) { content } else { Value::Null };
+            json!({ "role": "assistant", "content": content, "tool_calls": calls })
+        }
+        ("tool", _) => json!({ "role": "tool", "tool_call_id": message["toolCallId"], "content": content }),
+        _ => message.clone(),
+    }
+}
 
 /// The request body.
 pub fn body(turn: &Turn<'_>, stream: bool) -> Value {
-    let mut body = json!({ "model": turn.model, "messages": turn.messages });
+    let messages: Vec<Value> = turn.messages.iter().map(message).collect();
+    let mut body = json!({ "model": turn.model, "messages": messages });
+    if !turn.tools.is_empty() {
+        let tools: Vec<Value> = turn
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({ "type": "function", "function": {
+                    "name": tool["name"], "description": tool["description"], "parameters": tool["inputSchema"],
+                } })
+            })
+            .collect();
+        body["tools"] = json!(tools);
+    }
     if let Some(temperature) = turn.temperature {
         body["temperature"] = json!(temperature);
     }
@@ -60,6 +103,24 @@ pub fn parse(body: &Value) -> Result<Answer, String> {
     };
     if let Some(reported) = body.get("usage") {
         usage(&mut answer, reported);
+    }
+    answer.reasoning = choice
+        .pointer("/message/reasoning_content")
+        .and_then(Value::as_str)
+        .filter(|text| !text.trim().is_empty())
+        .map(str::to_owned);
+    for call in choice.pointer("/message/tool_calls").and_then(Value::as_array).into_iter().flatten() {
+        let name = call.pointer("/function/name").and_then(Value::as_str).ok_or("a tool call has no function name")?;
+        let arguments = match call.pointer("/function/arguments") {
+            Some(Value::String(text)) => serde_json::from_str(text).unwrap_or_else(|_| json!({})),
+            Some(value @ Value::Object(_)) => value.clone(),
+            _ => json!({}),
+        };
+        let id = call.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+        answer.tool_calls.push(ToolCall { id, name: name.to_owned(), arguments });
+    }
+    if !answer.tool_calls.is_empty() {
+        answer.finish_reason = "tool_calls".to_owned();
     }
     Ok(answer)
 }

@@ -47,6 +47,28 @@ pub struct Turn<'a> {
     pub max_tokens: Option<u64>,
     /// The structured-output schema.
     pub schema: Option<&'a Value>,
+    /// The tools the model may call, `[{name, description, inputSchema}]` (empty: none). A
+    /// message may then be `{role: "assistant", content, toolCalls: [{id, name, arguments}]}`
+    /// or `{role: "tool", toolCallId, name, content}`; each wire format spells them its way.
+    pub tools: &'a [Value],
+}
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The provider's id of the call (echoed back with its result).
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments (the provider's JSON; `{}` when it sent none or an unparsable string).
+    pub arguments: Value,
+}
+
+impl ToolCall {
+    /// `{id, name, arguments}`.
+    pub fn to_value(&self) -> Value {
+        json!({ "id": self.id, "name": self.name, "arguments": self.arguments })
+    }
 }
 
 /// What the provider answered.
@@ -62,6 +84,11 @@ pub struct Answer {
     pub input_tokens: Option<u64>,
     /// Completion tokens, when reported.
     pub output_tokens: Option<u64>,
+    /// The tool calls the model asked for (finish reason `tool_calls`), in order.
+    pub tool_calls: Vec<ToolCall>,
+    /// Reasoning text the model gave besides its answer (Anthropic `thinking` blocks, an
+    /// OpenAI-compatible `reasoning_content`), when it gave any.
+    pub reasoning: Option<String>,
 }
 
 impl Answer {
