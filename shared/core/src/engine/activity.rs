@@ -125,6 +125,11 @@ impl Transition<'_> {
         }
         let Some(compiled) = self.workflow.activity(node_id).cloned() else { return Verdict::Stale };
         match result {
+            Ok(outputs) if self.is_supervisor(node_id) => {
+                // A model-backed supervisor: the answer is a decision, not plain outputs.
+                self.node_mut(node_id).activity = None;
+                self.supervisor_answered(node_id, &outputs);
+            }
             Ok(outputs) => {
                 self.node_mut(node_id).activity = None;
                 self.set_variable(node_id, Value::Object(outputs.clone()));

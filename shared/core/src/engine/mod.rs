@@ -14,6 +14,7 @@ mod journal;
 mod orchestration;
 mod pause;
 mod progress;
+pub mod supervisor_model;
 pub mod transitions;
 
 use serde::{Deserialize, Serialize};

@@ -21,7 +21,7 @@ use crate::model::Workflow;
 use crate::nodes::subworkflow::SubWorkflowConfig;
 use crate::orchestrator::dispatch::{DispatchConfig, FanOut};
 use crate::orchestrator::{
-    self, Decided, Decision, DecisionContext, DecisionSource, OrchestratorState, ScriptedSource,
+    self, Decided, Decision, DecisionContext, DecisionSource, OrchestratorState, Proposal, ScriptedSource,
 };
 use crate::run::{DispatchProgress, EdgeStatus, NodeStatus, RunError, RunState, RunStatus};
 
@@ -42,6 +42,22 @@ pub const ASK_USER_VARIABLE: &str = "userAnswer";
 /// The vendor event of an RFC 0039 escalation (`core.workflowChain.*` belongs to the
 /// multi-agent execution model, which this host does not advertise).
 pub const CONFIDENCE_ESCALATED: &str = "trellis.workflowChain.confidence-escalated";
+
+/// Why a supervisor tick may not decide.
+#[derive(Debug)]
+pub(super) enum Refused {
+    /// The node fails with this error.
+    Failed(RunError),
+    /// `iterationCap` (this many decisions) is reached.
+    Cap(u64),
+}
+
+/// Appends to the orchestrator's history, keeping the latest [`orchestrator::model::MAX_HISTORY`].
+fn remember(history: &mut Vec<Value>, entry: Value) {
+    history.push(entry);
+    let excess = history.len().saturating_sub(orchestrator::model::MAX_HISTORY);
+    history.drain(..excess);
+}
 
 /// The latest decision, when `node` is a dispatch node acting on it.
 fn acted_on<'a>(state: &'a RunState, workflow: &Workflow, node_id: &str) -> Option<&'a Decided> {
@@ -123,30 +139,74 @@ impl Transition<'_> {
     /// the floor (RFC 0039); otherwise the node completes and dispatch acts on it.
     pub(super) fn decide(&mut self, node_id: &str) {
         let Some(definition) = self.workflow.node(node_id).cloned() else { return };
-        let agent_id = orchestrator::agent_id(&definition.config, definition.agent.as_ref());
-        let prior = self.state.orchestrator.as_ref().map_or(0, |o| o.decisions);
-        if let Some(existing) = self.state.orchestrator.as_ref().filter(|o| o.agent_id != agent_id) {
+        let Some(agent_id) = self.admit_decision(node_id, &definition.config, definition.agent.as_ref()) else {
+            return;
+        };
+        if orchestrator::model::routed(&definition.config) {
+            // A model route on a host that registered no model-backed source.
             let error = RunError::new(
-                "validation_error",
-                format!("decision from agent `{agent_id}`; this run's orchestrator is `{}`", existing.agent_id),
+                "decision_source_unavailable",
+                "this host has no model-backed decision source registered for core.orchestrator.supervisor",
             );
             return self.fail_node(node_id, error);
         }
-        if let Some(cap) = definition.config.get("iterationCap").and_then(Value::as_u64) {
-            if u64::from(prior) >= cap {
-                return self.breach_loop_cap(node_id, cap, "orchestrator-iterations");
-            }
-        }
         let context = DecisionContext {
             config: &definition.config,
-            prior_decisions: prior,
+            prior_decisions: self.state.orchestrator.as_ref().map_or(0, |o| o.decisions),
             mocks_allowed: self.state.mocks_allowed,
             variables: &self.state.variables,
         };
-        let proposal = match ScriptedSource.decide(&context) {
-            Ok(proposal) => proposal,
-            Err(error) => return self.fail_node(node_id, error),
-        };
+        match ScriptedSource.decide(&context) {
+            Ok(proposal) => self.propose(node_id, &agent_id, proposal),
+            Err(error) => self.fail_node(node_id, error),
+        }
+    }
+
+    /// The checks before a supervisor tick asks its source: the run's orchestrator is this
+    /// agent, and `iterationCap` is not reached. Returns the agent id; when refused, the node
+    /// has failed.
+    pub(super) fn admit_decision(
+        &mut self,
+        node_id: &str,
+        config: &Map<String, Value>,
+        agent: Option<&Value>,
+    ) -> Option<String> {
+        match self.admission(config, agent) {
+            Ok(agent_id) => Some(agent_id),
+            Err(refused) => {
+                self.refuse_decision(node_id, refused);
+                None
+            }
+        }
+    }
+
+    /// [`Self::admit_decision`]'s checks, without acting on them.
+    pub(super) fn admission(&self, config: &Map<String, Value>, agent: Option<&Value>) -> Result<String, Refused> {
+        let agent_id = orchestrator::agent_id(config, agent);
+        let prior = self.state.orchestrator.as_ref().map_or(0, |o| o.decisions);
+        if let Some(existing) = self.state.orchestrator.as_ref().filter(|o| o.agent_id != agent_id) {
+            return Err(Refused::Failed(RunError::new(
+                "validation_error",
+                format!("decision from agent `{agent_id}`; this run's orchestrator is `{}`", existing.agent_id),
+            )));
+        }
+        match config.get("iterationCap").and_then(Value::as_u64) {
+            Some(cap) if u64::from(prior) >= cap => Err(Refused::Cap(cap)),
+            _ => Ok(agent_id),
+        }
+    }
+
+    /// Fails the supervisor as `refused` says.
+    pub(super) fn refuse_decision(&mut self, node_id: &str, refused: Refused) {
+        match refused {
+            Refused::Failed(error) => self.fail_node(node_id, error),
+            Refused::Cap(cap) => self.breach_loop_cap(node_id, cap, "orchestrator-iterations"),
+        }
+    }
+
+    /// A source's proposal, whatever the source: held (CP-1), recorded and escalated (RFC
+    /// 0039), or recorded and the node completes.
+    pub(super) fn propose(&mut self, node_id: &str, agent_id: &str, proposal: Proposal) {
         let threshold = self.configured("escalationThreshold").unwrap_or(DEFAULT_ESCALATION_THRESHOLD);
         if let Some(observed) = proposal.confidence.filter(|c| c.is_finite() && *c < threshold) {
             let data = json!({ "agentId": agent_id, "threshold": threshold, "observed": observed,
@@ -160,7 +220,7 @@ impl Transition<'_> {
             };
             return self.suspend(node_id, request);
         }
-        let decided = self.record_decision(node_id, &agent_id, proposal.decision.clone());
+        let decided = self.record_decision(node_id, agent_id, proposal.decision.clone());
         let floor = self.configured("confidenceEscalationFloor").unwrap_or(CONFIDENCE_FLOOR).max(CONFIDENCE_FLOOR);
         if let Some(confidence) = proposal.decision.confidence().filter(|c| c.is_finite() && *c < floor) {
             return self.escalate(node_id, decided, &proposal.decision, confidence, floor);
@@ -184,12 +244,15 @@ impl Transition<'_> {
         // payload is exactly `{agentId, decision}`.
         let payload = json!({ "agentId": agent_id, "decision": decision.to_value() });
         self.emit(types::RUN_ORCHESTRATOR_DECIDED, Some(node_id), payload);
-        let dispatched = self.state.orchestrator.as_ref().map_or(0, |o| o.dispatched);
+        let (dispatched, mut history) =
+            self.state.orchestrator.take().map_or((0, Vec::new()), |o| (o.dispatched, o.history));
+        remember(&mut history, json!({ "decision": decision.to_value() }));
         self.state.orchestrator = Some(OrchestratorState {
             agent_id: agent_id.to_owned(),
             decisions: prior + 1,
             latest: Some(Decided { sequence, node_id: node_id.to_owned(), decision, at: self.now }),
             dispatched,
+            history,
         });
         sequence
     }
@@ -347,6 +410,11 @@ impl Transition<'_> {
             if let Some(value) = variables.get(child_var) {
                 self.set_variable(parent_var, value.clone());
             }
+        }
+        if let Some(orchestrator) = self.state.orchestrator.as_mut() {
+            let outputs = orchestrator::model::shown(&Value::Object(variables.clone()));
+            let entry = json!({ "workerId": worker, "childRunId": child_run_id, "status": status.as_str(), "outputs": outputs });
+            remember(&mut orchestrator.history, entry);
         }
         let next = progress.index + 1;
         if let Some(next_worker) = next_worker_ids.get(next) {

@@ -183,6 +183,7 @@ impl<'a> Transition<'a> {
         self.node_mut(node_id).started_at = Some(self.now);
         if workflow.activities[index].is_some() {
             match self.resolve_inputs(&definition.inputs) {
+                Ok(inputs) if self.is_supervisor(node_id) => self.start_supervisor_model(definition, inputs),
                 Ok(inputs) => self.start_activity(definition, inputs),
                 Err(error) => {
                     self.emit_node_started(node_id, &definition.type_id, 0);

@@ -171,7 +171,7 @@ fn compile_activities(
                 message: format!("node `{}`: credentialsRef {reason}", node.id),
             })?;
         }
-        let Some(kind) = registry.activity(&node.type_id) else {
+        let Some(kind) = registry.activity_for(&node.type_id, &node.config) else {
             compiled.push(None);
             continue;
         };

@@ -1,7 +1,8 @@
 //! `core.orchestrator.supervisor` and `core.dispatch`. Both need the run's orchestrator
 //! record, so they only check their config here and hand execution to the engine
 //! ([`crate::engine`]'s orchestration rows): the supervisor records one decision per tick,
-//! dispatch acts on the latest one.
+//! dispatch acts on the latest one. A supervisor that names a model route is an activity
+//! node on a host that registered the model-backed executor (its config is checked here too).
 
 use serde_json::{Map, Value};
 
@@ -21,6 +22,9 @@ impl NodeKind for Supervisor {
     }
 
     fn check(&self, _node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue> {
+        if crate::orchestrator::model::routed(config) {
+            crate::orchestrator::model::ModelConfig::parse(config).map_err(ConfigIssue::Invalid)?;
+        }
         if let Some(pending) = config.get("mockPendingDecision") {
             Decision::parse(pending)
                 .map_err(|problem| ConfigIssue::Invalid(format!("mockPendingDecision: {problem}")))?;

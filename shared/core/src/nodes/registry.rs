@@ -14,6 +14,7 @@ use crate::activity::Activity;
 #[derive(Debug, Clone, Default)]
 pub struct NodeRegistry {
     activities: Vec<Arc<dyn Activity>>,
+    supervisor_model: Option<Arc<dyn Activity>>,
 }
 
 impl NodeRegistry {
@@ -38,6 +39,23 @@ impl NodeRegistry {
         self
     }
 
+    /// Registers the executor of a model-backed `core.orchestrator.supervisor` (a supervisor
+    /// whose config names a model route, [`crate::orchestrator::model::routed`]): such a
+    /// node compiles as an activity of this executor. The type id stays the pure kind's.
+    pub fn with_supervisor_model(mut self, activity: Arc<dyn Activity>) -> Self {
+        self.supervisor_model = Some(activity);
+        self
+    }
+
+    /// The activity a node of `type_id` with `config` runs as, if it is one: a registered
+    /// activity, or the model-backed supervisor.
+    pub fn activity_for(&self, type_id: &str, config: &serde_json::Map<String, Value>) -> Option<&Arc<dyn Activity>> {
+        if type_id == crate::model::graph::SUPERVISOR_TYPE_ID && crate::orchestrator::model::routed(config) {
+            return self.supervisor_model.as_ref();
+        }
+        self.activity(type_id)
+    }
+
     /// The activity implementing `type_id`, if one is registered.
     pub fn activity(&self, type_id: &str) -> Option<&Arc<dyn Activity>> {
         self.activities.iter().find(|activity| activity.type_id() == type_id)
@@ -57,6 +75,6 @@ impl NodeRegistry {
 
     /// The discovery capability blocks the registered activities add.
     pub fn capabilities(&self) -> Vec<(&'static str, Value)> {
-        self.activities.iter().flat_map(|activity| activity.capabilities()).collect()
+        self.activities.iter().chain(&self.supervisor_model).flat_map(|activity| activity.capabilities()).collect()
     }
 }

@@ -5,9 +5,11 @@
 //! Decisions are recorded before they take effect: the supervisor's commit appends
 //! `runOrchestrator.decided`, and only a later step of `core.dispatch` acts on the latest
 //! recorded decision. A source that needs I/O (a model) would run outside the engine and hand
-//! its decision in as an input; it would still be recorded by the same engine code.
+//! its decision in as an input; it is still recorded by the same engine code ([`model`]: the
+//! model-backed source, whose tick is an activity).
 
 pub mod dispatch;
+pub mod model;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -146,6 +148,11 @@ pub struct OrchestratorState {
     /// Child runs dispatched so far (each counts against `iterationCap`).
     #[serde(default)]
     pub dispatched: u32,
+    /// What a model-backed supervisor is shown of the run so far: `{decision}` per recorded
+    /// decision and `{workerId, childRunId, status, outputs}` per harvested worker, oldest
+    /// first (the latest [`model::MAX_HISTORY`] are kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Value>,
 }
 
 /// What a decision source knows when asked.
@@ -183,7 +190,7 @@ pub trait DecisionSource {
 /// conformance default: `next-worker ["conformance-noop"]` first, then `terminate`
 /// (`goal-reached`). `mockPendingDecision` replaces the first decision and `mockConfidence`
 /// is the agent's confidence in it (the CP-1 signal). Honoured only when mocks are allowed;
-/// this host has no model-backed source.
+/// a supervisor that names a model route decides through [`model`] instead.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ScriptedSource;
 
@@ -197,8 +204,9 @@ impl DecisionSource for ScriptedSource {
         if !context.mocks_allowed {
             return Err(crate::run::RunError::new(
                 "decision_source_unavailable",
-                "this host has no model-backed decision source; scripted plans (mockDispatchPlan) run only in the \
-                 host's own (global) workflows or for runs created by a test-scope key with the test seams on",
+                "this supervisor names no model route (`route`, or `provider` + `model`); scripted plans \
+                 (mockDispatchPlan) run only in the host's own (global) workflows or for runs created by a \
+                 test-scope key with the test seams on",
             ));
         }
         let invalid = |message| crate::run::RunError::new("validation_error", message);
