@@ -39,6 +39,7 @@ pub mod openai;
 pub mod provider;
 pub mod schema;
 pub mod stream;
+pub mod supervisor;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,7 +72,13 @@ pub struct CallPromptActivity {
     providers: Arc<Providers>,
     secrets: Option<Arc<dyn SecretResolver>>,
     test_seams: bool,
+    answer_check: Option<AnswerCheck>,
 }
+
+/// A check of a structured answer beyond `responseSchema` (given the prepared request and
+/// the schema-valid answer; the violations, `[{path, message}]`, go into the one repair
+/// turn like the schema's).
+pub type AnswerCheck = fn(&Value, &Value) -> Result<(), Vec<Value>>;
 
 impl CallPromptActivity {
     /// An executor calling `providers` through `client`, resolving keys through `secrets`;
@@ -82,7 +89,23 @@ impl CallPromptActivity {
         secrets: Option<Arc<dyn SecretResolver>>,
         test_seams: bool,
     ) -> Self {
-        Self { client, providers: Arc::new(providers), secrets, test_seams }
+        Self { client, providers: Arc::new(providers), secrets, test_seams, answer_check: None }
+    }
+
+    /// The same executor with `check` applied to every structured answer (see
+    /// [`AnswerCheck`]); the model-backed supervisor's decision checks use it.
+    pub fn with_answer_check(mut self, check: AnswerCheck) -> Self {
+        self.answer_check = Some(check);
+        self
+    }
+
+    /// A structured answer read against `schema` and the answer check.
+    fn read_answer(&self, request: &Value, schema: &Value, text: &str) -> Result<Value, Vec<Value>> {
+        let data = schema::read_answer(schema, text)?;
+        match self.answer_check {
+            Some(check) => check(request, &data).map(|()| data),
+            None => Ok(data),
+        }
     }
 
     /// The providers.
@@ -196,7 +219,7 @@ impl Activity for CallPromptActivity {
             let mock = MockProvider::parse(raw).map_err(|_| bad_request("the run's mock provider does not parse"))?;
             let answer = mock::answer(&mock, prepared.stream, progress).await?;
             let data = match &prepared.schema {
-                Some(schema) => schema::read_answer(schema, &answer.text).ok(),
+                Some(schema) => self.read_answer(&call.request, schema, &answer.text).ok(),
                 None => None,
             };
             return Ok(outputs(&answer, mock::PROVIDER, &prepared.model, data));
@@ -256,7 +279,7 @@ impl Activity for CallPromptActivity {
         let Some(schema) = &prepared.schema else {
             return Ok(outputs(&answer, &provider.id, &prepared.model, None));
         };
-        let violations = match schema::read_answer(schema, &answer.text) {
+        let violations = match self.read_answer(&call.request, schema, &answer.text) {
             Ok(data) => return Ok(outputs(&answer, &provider.id, &prepared.model, Some(data))),
             Err(violations) => violations,
         };
@@ -267,7 +290,7 @@ impl Activity for CallPromptActivity {
         let repair =
             Invocation { turn: Turn { messages: &repair_messages, ..invocation.turn }, stream: false, ..invocation };
         let repaired = self.invoke(&repair, model_entry, progress).await?;
-        match schema::read_answer(schema, &repaired.text) {
+        match self.read_answer(&call.request, schema, &repaired.text) {
             Ok(data) => Ok(outputs(&repaired, &provider.id, &prepared.model, Some(data))),
             Err(violations) => Err(ActivityError::new(
                 "response_schema_invalid",
