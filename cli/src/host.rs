@@ -65,6 +65,7 @@ pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
     let ai = CallPromptActivity::new(http.clone(), providers, secrets.clone(), args.test_seams);
     let nodes = NodeRegistry::new()
         .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
+        .with_supervisor_model(Arc::new(trellis_activities::ai::supervisor::SupervisorModelActivity::new(&ai)))
         .register(Arc::new(ai));
     Ok(if args.test_seams { nodes.register(Arc::new(SecretEchoActivity::new(secrets))) } else { nodes })
 }

@@ -68,6 +68,7 @@ pub fn node_registry_with(settings: &Settings, secrets: Option<Arc<dyn SecretRes
     let ai = CallPromptActivity::new(http.clone(), settings.providers(), secrets.clone(), settings.test_seams);
     let nodes = NodeRegistry::new()
         .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
+        .with_supervisor_model(Arc::new(trellis_activities::ai::supervisor::SupervisorModelActivity::new(&ai)))
         .register(Arc::new(ai));
     if settings.test_seams {
         nodes.register(Arc::new(SecretEchoActivity::new(secrets)))
