@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
+use trellis_activities::ai::agent::AgentActivity;
 use trellis_activities::ai::{parse_providers, CallPromptActivity, Providers};
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{AllowList, HttpClient, HttpRequestActivity, HttpSettings};
@@ -63,10 +64,12 @@ pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
     let secrets = secret_resolver(args)?;
     let providers = ai_providers(args)?;
     let ai = CallPromptActivity::new(http.clone(), providers, secrets.clone(), args.test_seams);
+    let agent = AgentActivity::new(ai.clone(), HttpRequestActivity::new(http.clone()));
     let nodes = NodeRegistry::new()
         .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
         .with_supervisor_model(Arc::new(trellis_activities::ai::supervisor::SupervisorModelActivity::new(&ai)))
-        .register(Arc::new(ai));
+        .register(Arc::new(ai))
+        .register(Arc::new(agent));
     Ok(if args.test_seams { nodes.register(Arc::new(SecretEchoActivity::new(secrets))) } else { nodes })
 }
 

@@ -116,9 +116,9 @@ pub struct Usage {
     pub output: u64,
 }
 
-/// What a reply answers with.
+/// What a reply answers with (crate-visible: the Converse fake, `fake_bedrock`, reads replies too).
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Content {
+pub(crate) enum Content {
     /// `echo: <last user message>`.
     Echo,
     /// A text, streamed as the given tokens or as words.
@@ -129,16 +129,34 @@ enum Content {
     Disconnect,
 }
 
+/// A tool call a scripted reply asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCallReply {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments.
+    pub arguments: Value,
+}
+
+impl ToolCallReply {
+    /// A call of `name` with `arguments`.
+    pub fn new(name: impl Into<String>, arguments: Value) -> Self {
+        Self { name: name.into(), arguments }
+    }
+}
+
 /// One scripted reply: an answer (text or tokens, finish reason, usage, timing) or a failure.
 /// Answer settings on an error or [`ModelReply::disconnect`] reply are ignored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelReply {
-    content: Content,
-    finish: FinishReason,
-    usage: Option<Usage>,
-    delay: Duration,
+    pub(crate) content: Content,
+    pub(crate) finish: FinishReason,
+    pub(crate) usage: Option<Usage>,
+    pub(crate) delay: Duration,
     token_delay: Duration,
     drop_after: Option<usize>,
+    tool_calls: Vec<ToolCallReply>,
+    reasoning: Option<String>,
 }
 
 impl ModelReply {
@@ -150,7 +168,29 @@ impl ModelReply {
             delay: Duration::ZERO,
             token_delay: Duration::ZERO,
             drop_after: None,
+            tool_calls: Vec::new(),
+            reasoning: None,
         }
+    }
+
+    /// An answer asking for these tool calls (no text, finish reason tool calls), in each
+    /// API's shape: OpenAI `message.tool_calls` (ids `call_fake<serial>_<i>`, arguments as
+    /// JSON text), Anthropic `tool_use` content blocks (ids `toolu_fake<serial>_<i>`). Tool
+    /// calls are sent in whole answers only; a streamed request gets the text.
+    pub fn tool_calls<I>(calls: I) -> Self
+    where
+        I: IntoIterator<Item = ToolCallReply>,
+    {
+        let mut reply = Self::text("").finish(FinishReason::ToolCalls);
+        reply.tool_calls = calls.into_iter().collect();
+        reply
+    }
+
+    /// The same answer with reasoning text: OpenAI-compatible `message.reasoning_content`,
+    /// an Anthropic `thinking` block (whole answers only).
+    pub fn reasoning(mut self, text: impl Into<String>) -> Self {
+        self.reasoning = Some(text.into());
+        self
     }
 
     /// The default reply, explicitly: `echo: <last user message>`, usage in words.

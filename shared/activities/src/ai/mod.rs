@@ -30,6 +30,7 @@
 //! (`422 capability_required`, `requiredCapability: "aiProviders.bedrock"`); a node's own
 //! `credentialsRef` on a `bedrock` provider fails `credential_forbidden` (IAM auth, no BYOK).
 
+pub mod agent;
 pub mod anthropic;
 pub mod config;
 pub mod identity;

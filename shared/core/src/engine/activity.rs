@@ -130,12 +130,15 @@ impl Transition<'_> {
                 self.node_mut(node_id).activity = None;
                 self.supervisor_answered(node_id, &outputs);
             }
+            Ok(outputs) if self.is_agent(node_id) => return self.agent_step_done(node_id, outputs),
             Ok(outputs) => {
                 self.node_mut(node_id).activity = None;
                 self.set_variable(node_id, Value::Object(outputs.clone()));
                 self.complete_node(node_id, outputs, false);
             }
             Err(error) => {
+                // An agent's steps share the node's attempt numbers; its policy counts per step.
+                let (next, attempt) = (attempt + 1, attempt - self.step_base(node_id));
                 let started = self.state.nodes.get(node_id).and_then(|node| node.started_at).unwrap_or(self.now);
                 let seed = format!("{}/{node_id}/{activation}", self.state.run_id);
                 let delay = compiled.retry.delay_after_ms(attempt, &seed, &error);
@@ -143,7 +146,7 @@ impl Transition<'_> {
                     compiled.timeouts.total_ms.is_none_or(|total| self.now.saturating_add(delay) < started + total);
                 let retries = compiled.retry.retries(attempt, &error);
                 if retries && within_total {
-                    self.schedule_retry(node_id, activation, attempt + 1, delay, &error);
+                    self.schedule_retry(node_id, activation, next, delay, &error);
                 } else if retries {
                     let total = compiled.timeouts.total_ms.unwrap_or_default();
                     let timeout = ActivityError::new(

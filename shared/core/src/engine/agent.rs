@@ -90,7 +90,7 @@ impl Transition<'_> {
 
     /// The host-minted `callId` of tool call `index` of `node_id`'s current activation:
     /// deterministic (replay mints the same), unique per run, node, activation and call.
-    fn call_id(&self, node_id: &str, index: usize) -> String {
+    pub(super) fn call_id(&self, node_id: &str, index: usize) -> String {
         let activation = self.state.nodes.get(node_id).map_or(0, |node| node.activation);
         let seed = format!("{}\n{node_id}\n{activation}\n{index}", self.state.run_id);
         format!("call-{}", &hex::encode(Sha256::digest(seed.as_bytes()))[..24])

@@ -255,6 +255,9 @@ impl Transition<'_> {
         if self.is_supervisor(node_id) && closing.failure.is_none() && !closing.refine {
             return self.supervisor_resumed(&record, &closing.resume_value);
         }
+        if self.is_agent(node_id) && record.kind == InterruptKind::LowConfidence && closing.failure.is_none() {
+            return self.agent_accepted(node_id);
+        }
         if self.is_dispatch(node_id) && record.kind == InterruptKind::Clarification {
             return self.user_answered(node_id, &closing.resume_value);
         }

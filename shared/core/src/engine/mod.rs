@@ -8,6 +8,7 @@
 
 mod activity;
 mod agent;
+mod agent_loop;
 mod budget;
 mod control;
 mod journal;
@@ -25,6 +26,7 @@ use crate::run::{DrainPolicy, NodeStatus, RunState, RunStatus};
 use crate::timefmt::Millis;
 
 pub use activity::{activity_call, ACTIVITY_HEARTBEAT};
+pub use agent_loop::tool_inputs as agent_tool_inputs;
 pub use orchestration::{
     child_inputs, ASK_USER_QUESTION, ASK_USER_VARIABLE, CONFIDENCE_ESCALATED, CONFIDENCE_FLOOR,
     DEFAULT_ESCALATION_THRESHOLD, DISPATCH_TYPE_ID, MAX_FAN_OUT,
@@ -425,6 +427,8 @@ pub fn outstanding_effects(state: &RunState) -> Vec<Effect> {
 
 #[cfg(test)]
 mod activity_tests;
+#[cfg(test)]
+mod agent_loop_tests;
 #[cfg(test)]
 mod agent_tests;
 #[cfg(test)]

@@ -287,6 +287,9 @@ impl<'a> Transition<'a> {
             return Verdict::Stale;
         }
         self.note_child(child_run_id, status);
+        if self.is_agent(node_id) {
+            return self.agent_child_finished(node_id, child_run_id, status, variables, error);
+        }
         if self.is_dispatch(node_id) {
             return self.dispatch_child_finished(node_id, child_run_id, status, variables, error);
         }

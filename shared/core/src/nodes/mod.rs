@@ -4,6 +4,7 @@
 //! side effects are [`crate::activity::Activity`]s, registered per backend in a
 //! [`NodeRegistry`] (see `docs/architecture.md`, "Adding a work node").
 
+pub mod agent;
 pub mod cost_emit;
 mod delay;
 mod fail;

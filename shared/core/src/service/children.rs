@@ -107,6 +107,7 @@ impl Services {
         }
         let parent_workflow = self.pinned_workflow(parent).await?;
         inputs.extend(crate::engine::child_inputs(&parent_workflow, parent, node_id));
+        inputs.extend(crate::engine::agent_tool_inputs(parent, node_id));
         let now = self.clock.now();
         let mut child = new_run(
             child_run_id.to_owned(),

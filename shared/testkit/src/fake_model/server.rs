@@ -189,7 +189,14 @@ fn answer(api: Api, reply: ModelReply, id: u64, seen: &ModelRequest) -> Result<R
         Content::Text { text, tokens } => (text, tokens),
     };
     let usage = reply.usage.unwrap_or_else(|| Usage { input: wire::input_words(&seen.body), output: words(&text) });
-    let answer = wire::Answer { api, id, model: seen.model().unwrap_or("fake-model").to_owned(), finish: reply.finish };
+    let answer = wire::Answer {
+        api,
+        id,
+        model: seen.model().unwrap_or("fake-model").to_owned(),
+        finish: reply.finish,
+        tool_calls: reply.tool_calls,
+        reasoning: reply.reasoning,
+    };
     if !seen.stream() {
         if reply.drop_after.is_some() {
             return Err(Dropped);

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hyper::body::Bytes;
 use serde_json::{json, Value};
 
-use super::{Api, FinishReason, ModelRequest, Usage};
+use super::{Api, FinishReason, ModelRequest, ToolCallReply, Usage};
 
 /// One server-sent event, encoded, and where it sits in the stream.
 #[derive(Debug)]
@@ -28,6 +28,10 @@ pub(super) struct Answer {
     pub(super) id: u64,
     pub(super) model: String,
     pub(super) finish: FinishReason,
+    /// The tool calls asked for (whole answers only).
+    pub(super) tool_calls: Vec<ToolCallReply>,
+    /// Reasoning text (whole answers only).
+    pub(super) reasoning: Option<String>,
 }
 
 impl Answer {
@@ -41,6 +45,53 @@ impl Answer {
 
     /// The whole answer (a request that does not stream).
     pub(super) fn full(&self, text: &str, usage: Usage) -> Value {
+        let mut full = self.plain(text, usage);
+        match self.api {
+            Api::OpenAi => {
+                let message = &mut full["choices"][0]["message"];
+                if let Some(reasoning) = &self.reasoning {
+                    message["reasoning_content"] = json!(reasoning);
+                }
+                if !self.tool_calls.is_empty() {
+                    let calls: Vec<Value> = self
+                        .tool_calls
+                        .iter()
+                        .enumerate()
+                        .map(|(index, call)| {
+                            json!({
+                                "id": format!("call_fake{}_{index}", self.id),
+                                "type": "function",
+                                "function": { "name": call.name, "arguments": call.arguments.to_string() },
+                            })
+                        })
+                        .collect();
+                    message["tool_calls"] = json!(calls);
+                    if text.is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                }
+            }
+            Api::Anthropic => {
+                let mut blocks = Vec::new();
+                if let Some(reasoning) = &self.reasoning {
+                    blocks.push(json!({ "type": "thinking", "thinking": reasoning, "signature": "fake" }));
+                }
+                if !text.is_empty() || self.tool_calls.is_empty() {
+                    blocks.push(json!({ "type": "text", "text": text }));
+                }
+                for (index, call) in self.tool_calls.iter().enumerate() {
+                    blocks.push(json!({
+                        "type": "tool_use", "id": format!("toolu_fake{}_{index}", self.id),
+                        "name": call.name, "input": call.arguments,
+                    }));
+                }
+                full["content"] = json!(blocks);
+            }
+        }
+        full
+    }
+
+    fn plain(&self, text: &str, usage: Usage) -> Value {
         match self.api {
             Api::OpenAi => json!({
                 "id": self.openai_id(),

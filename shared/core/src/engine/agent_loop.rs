@@ -1,0 +1,387 @@
+//! The rows of `vendor.trellis.agent` ([`crate::nodes::agent`]): a bounded tool loop whose
+//! state lives in the engine — in the node's activity request (`request.loop`), committed
+//! with every step — and never in one long activity. Each step is one activity attempt of the
+//! node (attempt numbers keep counting across steps, so every step has its own `Execute`
+//! task) or one child run:
+//!
+//! 1. a model turn (`step.kind: "model"`, the activity calls the provider with the tool
+//!    definitions and the transcript, `request.messages`); its usage goes through the usual
+//!    `provider.usage` / budget rows, its failures through the node's retry policy (counted
+//!    per step). `agent.reasoned` when the answer carries reasoning text;
+//! 2. per tool call of the answer, in order: `agent.toolCalled` (host-minted `callId`,
+//!    `transport` `http` or — for a workflow tool — `native` with `toolTransport:
+//!    "workflow"`), counted by `budget.maxToolCalls`; then an HTTP tool is an activity
+//!    attempt (`step.kind: "http"`) and a workflow tool a child run the node waits for
+//!    (`WaitingChild`, durable across restarts); its result (or error) is
+//!    `agent.toolReturned` (caused by the call's event) and a `tool` message of the
+//!    transcript. A tool the config does not name returns the error `unknown_tool`;
+//! 3. the next model turn — until an answer has no tool calls: `agent.decided {agentId,
+//!    decision, confidence?}` (the decision is the structured `data` when the node has a
+//!    `responseSchema`, else the text; the confidence is `data.confidence`), the CP-1
+//!    low-confidence suspension below the run's `escalationThreshold`, then `node.completed`
+//!    with `{text, data?, turns, toolCalls, finishReason, model, provider}`.
+//!
+//! Other endings: an answer that still asks for tools after `maxTurns` turns fails the node
+//! with `agent_max_turns` (`details: {maxTurns, turns, toolCalls}`, a failure route can take
+//! it); a budget exhaustion ends it as every budget does (`cap.breached` + `run.failed
+//! {budget_exhausted}`, or the approval gate under `onExhaustion: interrupt`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use super::orchestration::DEFAULT_ESCALATION_THRESHOLD;
+use super::progress::Transition;
+use super::{Effect, Verdict};
+use crate::event::types;
+use crate::interrupt::request::InterruptRequest;
+use crate::interrupt::InterruptKind;
+use crate::nodes::agent::{self, AgentConfig, ToolTransport};
+use crate::run::{NodeStatus, RunError, RunState, RunStatus};
+
+/// The loop's state, kept at `request.loop`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct LoopState {
+    /// Model turns answered.
+    turns: u32,
+    /// Tool calls made.
+    tool_calls: u32,
+    /// The first attempt number of the current step (its retries count from it).
+    step_attempt: u32,
+    /// The current answer's tool calls not made yet, `[{id, name, arguments}]`.
+    pending: Vec<Value>,
+    /// The tool call in flight.
+    current: Option<CurrentCall>,
+    /// The final outputs, while a low-confidence decision waits.
+    outputs: Option<Map<String, Value>>,
+}
+
+/// The tool call in flight.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CurrentCall {
+    call_id: String,
+    tool: String,
+    provider_call_id: String,
+    arguments: Value,
+    /// The sequence of its `agent.toolCalled`.
+    called: u64,
+    started_at: u64,
+}
+
+/// The inputs of the child run a workflow tool starts: the call's arguments (when they are
+/// an object).
+pub fn tool_inputs(run: &RunState, node_id: &str) -> Map<String, Value> {
+    run.nodes
+        .get(node_id)
+        .and_then(|node| node.activity.as_ref())
+        .and_then(|progress| progress.request.pointer("/loop/current/arguments"))
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+impl Transition<'_> {
+    /// Whether `node_id` is a `vendor.trellis.agent` activity node.
+    pub(super) fn is_agent(&self, node_id: &str) -> bool {
+        self.workflow.node(node_id).is_some_and(|node| node.type_id == agent::TYPE_ID)
+            && self.workflow.activity(node_id).is_some()
+    }
+
+    /// The first attempt number of the agent's current step (0 for any other node): the
+    /// retry policy counts a step's attempts from it.
+    pub(super) fn step_base(&self, node_id: &str) -> u32 {
+        if !self.is_agent(node_id) {
+            return 0;
+        }
+        self.request(node_id).map_or(0, |request| read_loop(&request).step_attempt)
+    }
+
+    fn request(&self, node_id: &str) -> Option<Value> {
+        self.state.nodes.get(node_id).and_then(|node| node.activity.as_ref()).map(|progress| progress.request.clone())
+    }
+
+    fn store(&mut self, node_id: &str, mut request: Value, state: &LoopState) {
+        request["loop"] = serde_json::to_value(state).unwrap_or(Value::Null);
+        if let Some(progress) = self.node_mut(node_id).activity.as_mut() {
+            progress.request = request;
+        }
+    }
+
+    fn agent_config(&mut self, node_id: &str) -> Option<(AgentConfig, String)> {
+        let definition = self.workflow.node(node_id)?;
+        match AgentConfig::parse(&definition.config) {
+            Ok(config) => {
+                let agent_id = config.resolve_agent_id(definition.agent.as_ref(), node_id);
+                Some((config, agent_id))
+            }
+            Err(message) => {
+                self.fail_node(node_id, RunError::new("validation_error", message));
+                None
+            }
+        }
+    }
+
+    /// A step of the agent `node_id` succeeded with `outputs`.
+    pub(super) fn agent_step_done(&mut self, node_id: &str, outputs: Map<String, Value>) -> Verdict {
+        let Some(request) = self.request(node_id) else { return Verdict::Stale };
+        let Some((config, agent_id)) = self.agent_config(node_id) else { return Verdict::Applied };
+        if request.pointer("/step/kind").and_then(Value::as_str) == Some("http") {
+            let outcome = match outputs.get("status").and_then(Value::as_str) {
+                Some("ok") => Ok(outputs.get("result").cloned().unwrap_or(Value::Null)),
+                _ => Err(outputs.get("error").cloned().unwrap_or_else(|| json!({ "code": "tool_failed" }))),
+            };
+            self.tool_returned(node_id, &config, &agent_id, outcome);
+        } else {
+            self.turn_done(node_id, &config, &agent_id, request, &outputs);
+        }
+        Verdict::Applied
+    }
+
+    fn turn_done(
+        &mut self,
+        node_id: &str,
+        config: &AgentConfig,
+        agent_id: &str,
+        mut request: Value,
+        outputs: &Map<String, Value>,
+    ) {
+        let mut state = read_loop(&request);
+        state.turns += 1;
+        if let Some(reasoning) = outputs.get("reasoning").and_then(Value::as_str).filter(|text| !text.is_empty()) {
+            let payload = json!({ "agentId": agent_id, "reasoning": reasoning, "verbosity": "summary" });
+            self.emit(types::AGENT_REASONED, Some(node_id), payload);
+        }
+        let text = outputs.get("text").cloned().unwrap_or_else(|| json!(""));
+        let calls = outputs.get("toolCalls").and_then(Value::as_array).cloned().unwrap_or_default();
+        if calls.is_empty() {
+            return self.decided(node_id, agent_id, request, state, outputs);
+        }
+        if state.turns >= config.max_turns {
+            let mut error = RunError::new(
+                agent::MAX_TURNS_CODE,
+                format!("the agent still asked for tools after its maxTurns of {} model turns", config.max_turns),
+            );
+            error.details =
+                Some(json!({ "maxTurns": config.max_turns, "turns": state.turns, "toolCalls": state.tool_calls }));
+            return self.fail_node(node_id, error);
+        }
+        if let Some(messages) = request.get_mut("messages").and_then(Value::as_array_mut) {
+            messages.push(json!({ "role": "assistant", "content": text, "toolCalls": calls }));
+        }
+        state.pending = calls;
+        self.store(node_id, request, &state);
+        self.next_step(node_id, config, agent_id);
+    }
+
+    /// The final answer: `agent.decided`, the CP-1 check, then completion.
+    fn decided(
+        &mut self,
+        node_id: &str,
+        agent_id: &str,
+        request: Value,
+        mut state: LoopState,
+        answer: &Map<String, Value>,
+    ) {
+        let data = answer.get("data").cloned();
+        let mut outputs = Map::new();
+        outputs.insert("text".into(), answer.get("text").cloned().unwrap_or_else(|| json!("")));
+        if let Some(data) = &data {
+            outputs.insert("data".into(), data.clone());
+        }
+        outputs.insert("turns".into(), json!(state.turns));
+        outputs.insert("toolCalls".into(), json!(state.tool_calls));
+        for key in ["finishReason", "model", "provider"] {
+            if let Some(value) = answer.get(key) {
+                outputs.insert(key.into(), value.clone());
+            }
+        }
+        let decision = data.clone().unwrap_or_else(|| outputs["text"].clone());
+        let confidence = data
+            .as_ref()
+            .and_then(|data| data.get("confidence"))
+            .and_then(Value::as_f64)
+            .filter(|c| (0.0..=1.0).contains(c));
+        let mut payload = json!({ "agentId": agent_id, "decision": decision });
+        if let Some(confidence) = confidence {
+            payload["confidence"] = json!(confidence);
+        }
+        self.emit(types::AGENT_DECIDED, Some(node_id), payload);
+        let threshold = self
+            .state
+            .configurable
+            .as_ref()
+            .and_then(|c| c.get("escalationThreshold"))
+            .and_then(Value::as_f64)
+            .unwrap_or(DEFAULT_ESCALATION_THRESHOLD);
+        if let Some(observed) = confidence.filter(|c| *c < threshold) {
+            state.outputs = Some(outputs);
+            self.store(node_id, request, &state);
+            let data =
+                json!({ "agentId": agent_id, "threshold": threshold, "observed": observed, "decision": decision });
+            let resume_schema = json!({
+                "type": "object",
+                "required": ["action"],
+                "properties": { "action": { "enum": ["accept", "reject"] } },
+            });
+            let request = InterruptRequest {
+                kind: InterruptKind::LowConfidence,
+                data,
+                resume_schema: Some(resume_schema),
+                timeout_ms: None,
+                profile: None,
+            };
+            return self.suspend(node_id, request);
+        }
+        self.agent_complete(node_id, outputs);
+    }
+
+    fn agent_complete(&mut self, node_id: &str, outputs: Map<String, Value>) {
+        self.node_mut(node_id).activity = None;
+        self.set_variable(node_id, Value::Object(outputs.clone()));
+        self.complete_node(node_id, outputs, false);
+    }
+
+    /// A low-confidence decision of the agent was accepted: the node completes with the
+    /// outputs it held.
+    pub(super) fn agent_accepted(&mut self, node_id: &str) {
+        let outputs = self.request(node_id).and_then(|request| read_loop(&request).outputs).unwrap_or_default();
+        self.agent_complete(node_id, outputs);
+    }
+
+    /// The next step: the next pending tool call, else the next model turn.
+    fn next_step(&mut self, node_id: &str, config: &AgentConfig, agent_id: &str) {
+        let Some(mut request) = self.request(node_id) else { return };
+        let mut state = read_loop(&request);
+        if state.pending.is_empty() {
+            state.current = None;
+            request["step"] = json!({ "kind": "model", "turn": state.turns + 1 });
+            return self.execute_step(node_id, request, state, true);
+        }
+        let call = state.pending.remove(0);
+        let index = state.tool_calls;
+        state.tool_calls += 1;
+        let call_id = self.call_id(node_id, index as usize);
+        let name = call.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let arguments = call.get("arguments").cloned().unwrap_or_else(|| json!({}));
+        let tool = config.tool(&name).cloned();
+        let (transport, kind) = tool
+            .as_ref()
+            .map_or(("native", "unknown"), |tool| (tool.transport.event_transport(), tool.transport.name()));
+        let called = self.state.next_sequence;
+        let payload = json!({
+            "agentId": agent_id, "toolName": name, "toolId": name, "callId": call_id,
+            "inputs": arguments, "arguments": arguments, "transport": transport, "toolTransport": kind,
+        });
+        self.emit(types::AGENT_TOOL_CALLED, Some(node_id), payload);
+        state.current = Some(CurrentCall {
+            call_id: call_id.clone(),
+            tool: name.clone(),
+            provider_call_id: call.get("id").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            arguments: arguments.clone(),
+            called,
+            started_at: self.now,
+        });
+        self.store(node_id, request.clone(), &state);
+        // `budget.maxToolCalls`: an exhaustion under `onExhaustion: fail` failed the run.
+        if !self.budget_tool_called(node_id) {
+            return;
+        }
+        match tool.map(|tool| tool.transport) {
+            None => {
+                let error = json!({ "code": "unknown_tool", "message": format!("the agent has no tool `{name}`") });
+                self.tool_returned(node_id, config, agent_id, Err(error));
+            }
+            Some(ToolTransport::Http(http)) => {
+                request["step"] =
+                    json!({ "kind": "http", "callId": call_id, "tool": name, "http": http, "arguments": arguments });
+                self.execute_step(node_id, request, state, false);
+            }
+            Some(ToolTransport::Workflow(workflow_id)) => self.spawn_child(node_id, workflow_id, Some(index as usize)),
+        }
+    }
+
+    /// Issues the step in `request` as the node's next attempt.
+    fn execute_step(&mut self, node_id: &str, request: Value, mut state: LoopState, model_turn: bool) {
+        let (activation, attempt) = {
+            let node = self.node_mut(node_id);
+            let attempt = node.activity.as_ref().map_or(0, |progress| progress.attempt + 1);
+            if let Some(progress) = node.activity.as_mut() {
+                progress.attempt = attempt;
+            }
+            node.status = NodeStatus::Executing;
+            (node.activation, attempt)
+        };
+        state.step_attempt = attempt;
+        self.store(node_id, request, &state);
+        // A model turn is gated by the budget like any model call's first attempt.
+        if model_turn && !self.budget_admits(node_id, 0) {
+            return;
+        }
+        let due_at = self.now;
+        self.effects.push(Effect::Execute { node_id: node_id.to_owned(), activation, attempt, due_at });
+    }
+
+    /// The tool call in flight returned `outcome` (a result, or an error object).
+    fn tool_returned(&mut self, node_id: &str, config: &AgentConfig, agent_id: &str, outcome: Result<Value, Value>) {
+        let Some(mut request) = self.request(node_id) else { return };
+        let mut state = read_loop(&request);
+        let Some(current) = state.current.take() else { return };
+        let mut payload = json!({
+            "agentId": agent_id, "toolName": current.tool, "toolId": current.tool, "callId": current.call_id,
+            "durationMs": self.now.saturating_sub(current.started_at),
+        });
+        let content = match &outcome {
+            Ok(result) => {
+                payload["outcome"] = result.clone();
+                payload["result"] = result.clone();
+                payload["status"] = json!("ok");
+                result.to_string()
+            }
+            Err(error) => {
+                payload["error"] = error.clone();
+                payload["status"] = json!("error");
+                json!({ "error": error }).to_string()
+            }
+        };
+        self.emit_caused(types::AGENT_TOOL_RETURNED, Some(node_id), payload, current.called);
+        if let Some(messages) = request.get_mut("messages").and_then(Value::as_array_mut) {
+            messages.push(json!({
+                "role": "tool", "toolCallId": current.provider_call_id, "name": current.tool, "content": content,
+            }));
+        }
+        self.store(node_id, request, &state);
+        self.next_step(node_id, config, agent_id);
+    }
+
+    /// The child run of the agent's workflow tool ended.
+    pub(super) fn agent_child_finished(
+        &mut self,
+        node_id: &str,
+        child_run_id: &str,
+        status: RunStatus,
+        variables: &Map<String, Value>,
+        error: Option<RunError>,
+    ) -> Verdict {
+        let Some((config, agent_id)) = self.agent_config(node_id) else { return Verdict::Applied };
+        let node = self.node_mut(node_id);
+        node.status = NodeStatus::Executing;
+        node.child_status = Some(status);
+        let outcome = if status == RunStatus::Completed {
+            Ok(Value::Object(variables.clone()))
+        } else {
+            let error = error
+                .unwrap_or_else(|| RunError::new("child_failed", format!("the child run ended {}", status.as_str())));
+            Err(json!({
+                "code": error.code, "message": error.message,
+                "details": { "childRunId": child_run_id, "childStatus": status.as_str() },
+            }))
+        };
+        self.tool_returned(node_id, &config, &agent_id, outcome);
+        Verdict::Applied
+    }
+}
+
+fn read_loop(request: &Value) -> LoopState {
+    request.get("loop").and_then(|state| serde_json::from_value(state.clone()).ok()).unwrap_or_default()
+}

@@ -1,0 +1,319 @@
+//! The agent loop's rows (`vendor.trellis.agent`): a model turn asking for a tool, the HTTP
+//! tool's step, its return into the transcript, the next turn and the final answer; a
+//! workflow tool as a child run; `maxTurns`; the tool-call budget; an unknown tool; the
+//! low-confidence suspension; a model turn's retry counted per step. Inputs in, events and
+//! effects out, no I/O (every transition runs the journal's debug check).
+
+use std::collections::VecDeque;
+
+use async_trait::async_trait;
+use serde_json::{json, Map, Value};
+
+use super::tests::pending;
+use super::*;
+use crate::activity::{Activity, ActivityCall, ActivityResult, ProgressSink};
+use crate::event::RunEvent;
+use crate::interrupt::request::ConfigIssue;
+use crate::interrupt::{Resolution, Resolver};
+use crate::model::{Bounds, Workflow};
+use crate::nodes::agent::{AgentConfig, TYPE_ID};
+use crate::nodes::{NodeContext, NodeRegistry};
+use crate::run::{RunError, RunState, RunStatus};
+use crate::testing::activity::{success, transient};
+
+/// The agent's executor stand-in: its prepared request is a first model turn.
+#[derive(Debug)]
+struct StubAgent;
+
+#[async_trait]
+impl Activity for StubAgent {
+    fn type_id(&self) -> &'static str {
+        TYPE_ID
+    }
+
+    fn check(&self, _node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue> {
+        AgentConfig::parse(config).map(drop).map_err(ConfigIssue::Invalid)
+    }
+
+    fn idempotent(&self, _config: &Map<String, Value>) -> bool {
+        true
+    }
+
+    fn model_call(&self) -> bool {
+        true
+    }
+
+    fn attempt_timeout_ms(&self, _config: &Map<String, Value>) -> u64 {
+        5_000
+    }
+
+    fn prepare(&self, _context: &NodeContext<'_>) -> Result<Value, RunError> {
+        Ok(json!({ "provider": "fake", "model": "m", "messages": [{ "role": "user", "content": "hi" }],
+                   "step": { "kind": "model", "turn": 1 } }))
+    }
+
+    async fn execute(&self, _call: &ActivityCall, _progress: &dyn ProgressSink) -> ActivityResult {
+        Ok(Map::new())
+    }
+}
+
+fn tools() -> Value {
+    json!([
+        { "name": "lookup", "description": "d", "inputSchema": { "type": "object" },
+          "http": { "url": "http://127.0.0.1:9/lookup" } },
+        { "name": "escalate", "description": "d", "inputSchema": { "type": "object" }, "workflowId": "child" },
+    ])
+}
+
+fn agent_workflow(config: Value) -> Workflow {
+    agent_workflow_with(config, json!({}))
+}
+
+fn agent_workflow_with(config: Value, settings: Value) -> Workflow {
+    let mut config = config;
+    config["instructions"] = json!("Be brief.");
+    config["tools"] = tools();
+    let node = json!({ "id": "agent", "typeId": TYPE_ID, "config": config, "settings": settings });
+    let document = json!({ "id": "w", "name": "w", "nodes": [node], "edges": [] });
+    let registry = NodeRegistry::new().register(std::sync::Arc::new(StubAgent));
+    Workflow::compile_with(document, &registry, Bounds { max_attempt_ms: 60_000, ..Bounds::default() }).unwrap()
+}
+
+fn turn(text: &str, calls: Value) -> ActivityResult {
+    success(json!({ "text": text, "toolCalls": calls, "finishReason": "stop", "model": "m", "provider": "fake" }))
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> Value {
+    json!({ "id": id, "name": name, "arguments": arguments })
+}
+
+/// What the driver answers: an attempt's result, or a child run's end.
+enum Answer {
+    Step(ActivityResult),
+    Child(RunStatus, Value),
+}
+
+/// Runs from `start`, answering each `Execute` and `StartChild` from `script` in order (and
+/// firing retry timers); returns the log and the requests the attempts were given.
+fn drive(wf: &Workflow, state: &mut RunState, start: Input, script: Vec<Answer>) -> (Vec<RunEvent>, Vec<Value>) {
+    let mut script = VecDeque::from(script);
+    let (mut log, mut requests) = (Vec::new(), Vec::new());
+    let mut queue = VecDeque::from([(start, 1_000)]);
+    while let Some((input, now)) = queue.pop_front() {
+        let outcome = apply(wf, state, input, now);
+        log.extend(outcome.events);
+        for effect in outcome.effects {
+            match effect {
+                Effect::Step { .. } => queue.push_back((effect.input().unwrap(), now + 5)),
+                Effect::Retry { .. } => queue.push_back((effect.input().unwrap(), effect.due_at())),
+                Effect::Execute { node_id, activation, attempt, .. } => {
+                    let call = activity_call(wf, state, &node_id, activation, attempt, now).expect("a current attempt");
+                    requests.push(call.request);
+                    let Some(Answer::Step(result)) = script.pop_front() else { panic!("no step answer left") };
+                    queue.push_back((Input::ActivityFinished { node_id, activation, attempt, result }, now + 10));
+                }
+                Effect::StartChild { node_id, child_run_id, .. } => {
+                    let Some(Answer::Child(status, variables)) = script.pop_front() else { panic!("no child answer") };
+                    let variables = variables.as_object().cloned().unwrap_or_default();
+                    let input = Input::ChildFinished { node_id, child_run_id, status, variables, error: None };
+                    queue.push_back((input, now + 10));
+                }
+                _ => {}
+            }
+        }
+    }
+    (log, requests)
+}
+
+fn run(wf: &Workflow, state: &mut RunState, script: Vec<Answer>) -> (Vec<RunEvent>, Vec<Value>) {
+    let (mut log, requests) = drive(wf, state, Input::Start, script);
+    log.retain(|event| !event.event_type.starts_with("budget."));
+    (log, requests)
+}
+
+fn names(log: &[RunEvent]) -> Vec<&str> {
+    log.iter().map(|event| event.event_type.as_str()).collect()
+}
+
+fn event<'a>(log: &'a [RunEvent], event_type: &str) -> &'a RunEvent {
+    log.iter().find(|event| event.event_type == event_type).unwrap_or_else(|| panic!("no {event_type}"))
+}
+
+#[test]
+fn a_turn_calls_an_http_tool_whose_result_goes_into_the_next_turn_then_the_answer_completes_the_node() {
+    let wf = agent_workflow(json!({ "agentId": "core.triage" }));
+    let mut state = pending(&wf, json!({}));
+    let tool_result = json!({ "status": "ok", "result": { "status": 200, "body": { "hits": 3 } }, "durationMs": 4 });
+    let script = vec![
+        Answer::Step(turn("", json!([call("p-1", "lookup", json!({ "q": "x" }))]))),
+        Answer::Step(success(tool_result)),
+        Answer::Step(turn("three hits", json!([]))),
+    ];
+    let (log, requests) = run(&wf, &mut state, script);
+    assert_eq!(
+        names(&log),
+        [
+            "run.started",
+            "node.started",
+            "agent.toolCalled",
+            "agent.toolReturned",
+            "agent.decided",
+            "node.completed",
+            "run.completed"
+        ]
+    );
+    let called = event(&log, "agent.toolCalled");
+    let returned = event(&log, "agent.toolReturned");
+    assert_eq!(called.payload["callId"], returned.payload["callId"]);
+    assert!(called.payload["callId"].as_str().unwrap().starts_with("call-"), "host-minted, not the provider's id");
+    assert_eq!(returned.causation, Some(called.sequence), "the return is caused by the call");
+    assert_eq!(
+        (called.payload["transport"].as_str(), called.payload["inputs"].clone()),
+        (Some("http"), json!({"q": "x"}))
+    );
+    assert_eq!(returned.payload["outcome"], json!({ "status": 200, "body": { "hits": 3 } }));
+    assert_eq!(event(&log, "agent.decided").payload, json!({ "agentId": "core.triage", "decision": "three hits" }));
+    // Steps: model turn 1, the HTTP call, model turn 2 carrying the call and its result.
+    let kinds: Vec<&str> = requests.iter().map(|r| r["step"]["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["model", "http", "model"]);
+    assert_eq!(requests[1]["step"]["arguments"], json!({ "q": "x" }));
+    let transcript = requests[2]["messages"].as_array().unwrap();
+    assert_eq!(transcript[1]["toolCalls"][0]["id"], "p-1");
+    assert_eq!((transcript[2]["role"].as_str(), transcript[2]["toolCallId"].as_str()), (Some("tool"), Some("p-1")));
+    let outputs = &event(&log, "node.completed").payload["outputs"];
+    assert_eq!(
+        (outputs["text"].clone(), outputs["turns"].clone(), outputs["toolCalls"].clone()),
+        (json!("three hits"), json!(2), json!(1))
+    );
+    assert_eq!(state.variables["agent"]["turns"], 2);
+    assert_eq!(state.status, RunStatus::Completed);
+}
+
+#[test]
+fn a_workflow_tool_waits_for_its_child_and_returns_its_variables() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    let script = vec![
+        Answer::Step(turn("", json!([call("p-1", "escalate", json!({ "ticket": 7 }))]))),
+        Answer::Child(RunStatus::Completed, json!({ "ticket": 7, "owner": "ops" })),
+        Answer::Step(turn("escalated", json!([]))),
+    ];
+    let (log, requests) = run(&wf, &mut state, script);
+    let called = event(&log, "agent.toolCalled");
+    assert_eq!(
+        (called.payload["transport"].as_str(), called.payload["toolTransport"].as_str()),
+        (Some("native"), Some("workflow"))
+    );
+    assert!(names(&log).contains(&"node.dispatched"));
+    let returned = event(&log, "agent.toolReturned");
+    assert_eq!(returned.payload["outcome"], json!({ "ticket": 7, "owner": "ops" }));
+    assert_eq!(returned.causation, Some(called.sequence));
+    assert_eq!(requests.len(), 2, "two model turns, the tool was a child run");
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.nodes["agent"].outputs["toolCalls"], 1);
+}
+
+#[test]
+fn the_child_of_a_workflow_tool_gets_the_call_arguments_as_inputs() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 1_000);
+    apply(&wf, &mut state, Input::Step { node_id: "agent".into(), activation: 1 }, 1_000);
+    let result = turn("", json!([call("p-1", "escalate", json!({ "ticket": 7 }))]));
+    let outcome = apply(
+        &wf,
+        &mut state,
+        Input::ActivityFinished { node_id: "agent".into(), activation: 1, attempt: 0, result },
+        1_010,
+    );
+    assert!(outcome
+        .effects
+        .iter()
+        .any(|effect| matches!(effect, Effect::StartChild { workflow_id, .. } if workflow_id == "child")));
+    assert_eq!(agent_loop::tool_inputs(&state, "agent"), json!({ "ticket": 7 }).as_object().cloned().unwrap());
+    assert_eq!(outstanding_effects(&state).len(), 2, "the child's start is re-issued from state (and the deadline)");
+}
+
+#[test]
+fn a_turn_still_asking_for_tools_after_max_turns_fails_the_node_with_agent_max_turns() {
+    let wf = agent_workflow(json!({ "maxTurns": 2 }));
+    let mut state = pending(&wf, json!({}));
+    let asks = || turn("", json!([call("p", "lookup", json!({}))]));
+    let ok = || success(json!({ "status": "ok", "result": {} }));
+    let script = vec![Answer::Step(asks()), Answer::Step(ok()), Answer::Step(asks())];
+    let (log, requests) = run(&wf, &mut state, script);
+    assert_eq!(requests.len(), 3, "the second turn's tool call is not made");
+    let failed = event(&log, "node.failed");
+    assert_eq!(failed.payload["error"]["code"], "agent_max_turns");
+    assert_eq!(failed.payload["error"]["details"], json!({ "maxTurns": 2, "turns": 2, "toolCalls": 1 }));
+    assert_eq!(state.status, RunStatus::Failed);
+}
+
+#[test]
+fn the_tool_call_budget_breach_fails_the_run_with_cap_breached() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    state.configurable = Some(json!({ "budget": { "maxToolCalls": 1 } }));
+    let two = json!([call("a", "lookup", json!({})), call("b", "lookup", json!({}))]);
+    let script = vec![Answer::Step(turn("", two)), Answer::Step(success(json!({ "status": "ok", "result": {} })))];
+    let (log, requests) = drive(&wf, &mut state, Input::Start, script);
+    assert_eq!(requests.len(), 2, "the first call goes out, the second breaches the budget and does not");
+    assert_eq!(log.iter().filter(|event| event.event_type == "agent.toolCalled").count(), 2);
+    assert_eq!(event(&log, "cap.breached").payload["kind"], "budget-tool-calls");
+    assert_eq!(event(&log, "run.failed").payload["error"]["code"], "budget_exhausted");
+    assert_eq!(state.status, RunStatus::Failed);
+}
+
+#[test]
+fn an_unknown_tool_returns_an_error_to_the_model_and_the_loop_goes_on() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    let script =
+        vec![Answer::Step(turn("", json!([call("p", "nope", json!({}))]))), Answer::Step(turn("sorry", json!([])))];
+    let (log, requests) = run(&wf, &mut state, script);
+    assert_eq!(event(&log, "agent.toolReturned").payload["error"]["code"], "unknown_tool");
+    assert!(requests[1]["messages"][2]["content"].as_str().unwrap().contains("unknown_tool"));
+    assert_eq!(state.status, RunStatus::Completed);
+}
+
+#[test]
+fn reasoning_is_reasoned_and_a_low_confidence_decision_suspends_until_accepted() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    let answer = success(json!({ "text": "{}", "data": { "label": "refund", "confidence": 0.4 },
+                                  "toolCalls": [], "reasoning": "It mentions money." }));
+    let (log, _) = run(&wf, &mut state, vec![Answer::Step(answer)]);
+    assert_eq!(event(&log, "agent.reasoned").payload["reasoning"], "It mentions money.");
+    assert_eq!(event(&log, "agent.decided").payload["confidence"], 0.4);
+    assert_eq!(event(&log, "node.suspended").payload["reason"], "low-confidence");
+    assert_eq!(state.status, RunStatus::WaitingApproval);
+    let resolution = Resolution {
+        node_id: "agent".into(),
+        interrupt_id: None,
+        value: json!({ "action": "accept" }),
+        resolver: Resolver::Principal("ops".into()),
+        prior_vote: None,
+    };
+    let outcome = apply(&wf, &mut state, Input::Resolve(resolution), 2_000);
+    let completed = event(&outcome.events, "node.completed");
+    assert_eq!(completed.payload["outputs"]["data"], json!({ "label": "refund", "confidence": 0.4 }));
+    assert_eq!(state.status, RunStatus::Completed);
+}
+
+#[test]
+fn a_failed_model_turn_is_retried_within_its_own_step_then_the_loop_goes_on() {
+    let retry = json!({ "retry": { "maxAttempts": 2, "initialIntervalMs": 10, "jitter": "none" } });
+    let wf = agent_workflow_with(json!({}), retry);
+    let mut state = pending(&wf, json!({}));
+    let script = vec![
+        Answer::Step(turn("", json!([call("p", "lookup", json!({}))]))),
+        Answer::Step(success(json!({ "status": "ok", "result": {} }))),
+        Answer::Step(transient("provider_unavailable")),
+        Answer::Step(turn("done", json!([]))),
+    ];
+    let (log, requests) = run(&wf, &mut state, script);
+    let retried = event(&log, "node.retried");
+    assert_eq!(retried.payload["attempt"], 3, "attempt numbers keep counting across steps");
+    assert_eq!(requests[3]["step"]["kind"], "model");
+    assert_eq!(state.status, RunStatus::Completed);
+}
