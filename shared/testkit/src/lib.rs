@@ -15,6 +15,7 @@ pub mod host;
 pub mod http_server;
 pub mod net;
 pub mod script;
+pub mod supervisor_model;
 
 use std::time::Duration;
 
