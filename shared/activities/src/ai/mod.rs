@@ -314,8 +314,8 @@ impl Activity for CallPromptActivity {
                 .list()
                 .iter()
                 .filter(|provider| provider.policy.mode != PolicyMode::Disabled)
-                .map(|provider| provider.id.as_str())
                 .filter(|provider| provider.kind != ProviderKind::Bedrock)
+                .map(|provider| provider.id.as_str())
                 .collect()
         } else {
             Vec::new()
@@ -343,11 +343,10 @@ impl Activity for CallPromptActivity {
     }
 }
 
-impl CallPromptActivity {
 /// `requiredCapability` of a node that needs a Bedrock provider this host does not have.
 pub const BEDROCK_CAPABILITY: &str = "aiProviders.bedrock";
 
-    /// The key for this attempt: the node's own `credentialsRef` (BYOK), else the provider's.
+impl CallPromptActivity {
     /// Whether `node` names Bedrock where this host serves none: the provider id `bedrock`
     /// not configured here, or a Bedrock model ARN with no `bedrock` provider configured.
     fn names_unserved_bedrock(&self, node: &node::NodeConfig) -> bool {
@@ -357,6 +356,7 @@ pub const BEDROCK_CAPABILITY: &str = "aiProviders.bedrock";
         unconfigured_id || arn
     }
 
+    /// The key for this attempt: the node's own `credentialsRef` (BYOK), else the provider's.
     async fn key(&self, call: &ActivityCall, provider: &ProviderConfig) -> Result<Option<Arc<Secret>>, ActivityError> {
         if let Some(reference) = call.credentials_ref.as_deref() {
             return match secrets::resolve_with(self.secrets.as_deref(), &call.tenant, reference).await {

@@ -258,6 +258,7 @@ fn outbound(invocation: &Invocation<'_>) -> Result<OutboundRequest, ActivityErro
         ProviderKind::Anthropic => {
             (format!("{}/v1/messages", provider.base_url), anthropic::body(&invocation.turn, invocation.stream))
         }
+        ProviderKind::Bedrock => return Err(bad("bedrock is called through its backend, not over HTTP")),
     };
     let mut headers = vec![(CONTENT_TYPE, HeaderValue::from_static("application/json"))];
     if let Some(key) = invocation.key {
@@ -265,6 +266,7 @@ fn outbound(invocation: &Invocation<'_>) -> Result<OutboundRequest, ActivityErro
         let (name, value) = match provider.kind {
             ProviderKind::OpenAi => (AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {text}"))),
             ProviderKind::Anthropic => (HeaderName::from_static("x-api-key"), HeaderValue::from_str(text)),
+            ProviderKind::Bedrock => return Err(bad("bedrock providers take no key")),
         };
         let mut value = value.map_err(|_| bad("the key cannot be sent in a header"))?;
         value.set_sensitive(true);
@@ -285,7 +287,6 @@ fn outbound(invocation: &Invocation<'_>) -> Result<OutboundRequest, ActivityErro
     Ok(OutboundRequest {
         method: Method::POST,
         url,
-        ProviderKind::Bedrock => return Err(bad("bedrock is called through its backend, not over HTTP")),
         headers,
         body: Bytes::from(body),
         timeout: invocation.deadline.saturating_duration_since(Instant::now()),
@@ -293,7 +294,6 @@ fn outbound(invocation: &Invocation<'_>) -> Result<OutboundRequest, ActivityErro
 }
 
 /// Makes one invocation. With `stream`, the tokens are reported through `progress` in
-            ProviderKind::Bedrock => return Err(bad("bedrock providers take no key")),
 /// batches; the final batch (`isLast`, `meta`) is reported before this returns.
 pub async fn invoke(
     client: &HttpClient,
@@ -301,6 +301,9 @@ pub async fn invoke(
     progress: &dyn ProgressSink,
 ) -> Result<Answer, Failure> {
     let id = invocation.provider.id.as_str();
+    if invocation.provider.kind == ProviderKind::Bedrock {
+        return invoke_backend(invocation, progress).await;
+    }
     let request = outbound(invocation)?;
     let mut response = client.open_operator(request).await.map_err(|error| from_http(id, &error))?;
     if !(200..300).contains(&response.status) {
@@ -326,11 +329,9 @@ pub async fn invoke(
         let answer = match invocation.provider.kind {
             ProviderKind::OpenAi => openai::parse(&value),
             ProviderKind::Anthropic => anthropic::parse(&value),
+            ProviderKind::Bedrock => Err("bedrock answers through its backend".to_owned()),
         }
         .map_err(|message| unavailable(id, format!("provider `{id}`'s answer is unreadable: {message}"), true))?;
-    if invocation.provider.kind == ProviderKind::Bedrock {
-        return invoke_backend(invocation, progress).await;
-    }
         if invocation.stream {
             // Asked to stream, answered whole: one final batch.
             let mut batcher = Batcher::new();
@@ -343,34 +344,6 @@ pub async fn invoke(
     read_stream(&mut response, invocation, progress).await
 }
 
-/// The final batch's `meta`.
-pub fn meta(invocation: &Invocation<'_>, answer: &Answer) -> Value {
-    let input = answer.input_tokens.unwrap_or(0);
-    let output = answer.output_tokens.unwrap_or(0);
-    json!({
-        "finishReason": answer.finish_reason,
-        "usage": { "promptTokens": input, "completionTokens": output, "totalTokens": input + output },
-        "model": answer.model.as_deref().unwrap_or(invocation.turn.model),
-        "provider": invocation.provider.id,
-    })
-}
-
-async fn read_stream(
-            ProviderKind::Bedrock => Err("bedrock answers through its backend".to_owned()),
-    response: &mut StreamingResponse,
-    invocation: &Invocation<'_>,
-    progress: &dyn ProgressSink,
-) -> Result<Answer, Failure> {
-    let id = invocation.provider.id.as_str();
-    let mut parser = SseParser::default();
-    let mut state =
-        StreamState { answer: Answer { finish_reason: "stop".to_owned(), ..Answer::default() }, delta: String::new() };
-    let mut batcher = Batcher::new();
-    let mut done = false;
-    let mut finished = false;
-    let mut read = 0usize;
-    let failure = |state: &StreamState, batcher: &Batcher, error: ActivityError| {
-        let mut partial = state.answer.clone();
 /// A model API whose client lives outside this crate: Amazon Bedrock's Converse, attached to
 /// `bedrock` providers by the AWS composition root ([`super::config::Providers::attach_backend`];
 /// the embedded binary carries no AWS SDK). Policy, keys, usage, structured output and its
@@ -404,6 +377,33 @@ async fn invoke_backend(invocation: &Invocation<'_>, progress: &dyn ProgressSink
     Ok(answer)
 }
 
+/// The final batch's `meta`.
+pub fn meta(invocation: &Invocation<'_>, answer: &Answer) -> Value {
+    let input = answer.input_tokens.unwrap_or(0);
+    let output = answer.output_tokens.unwrap_or(0);
+    json!({
+        "finishReason": answer.finish_reason,
+        "usage": { "promptTokens": input, "completionTokens": output, "totalTokens": input + output },
+        "model": answer.model.as_deref().unwrap_or(invocation.turn.model),
+        "provider": invocation.provider.id,
+    })
+}
+
+async fn read_stream(
+    response: &mut StreamingResponse,
+    invocation: &Invocation<'_>,
+    progress: &dyn ProgressSink,
+) -> Result<Answer, Failure> {
+    let id = invocation.provider.id.as_str();
+    let mut parser = SseParser::default();
+    let mut state =
+        StreamState { answer: Answer { finish_reason: "stop".to_owned(), ..Answer::default() }, delta: String::new() };
+    let mut batcher = Batcher::new();
+    let mut done = false;
+    let mut finished = false;
+    let mut read = 0usize;
+    let failure = |state: &StreamState, batcher: &Batcher, error: ActivityError| {
+        let mut partial = state.answer.clone();
         partial.text = batcher.text().to_owned();
         Failure { error, partial: Some(partial) }
     };
@@ -448,6 +448,7 @@ async fn invoke_backend(invocation: &Invocation<'_>, progress: &dyn ProgressSink
             let outcome = match invocation.provider.kind {
                 ProviderKind::OpenAi => openai::on_event(&event.data, &mut state),
                 ProviderKind::Anthropic => anthropic::on_event(event.event.as_deref(), &event.data, &mut state),
+                ProviderKind::Bedrock => Err("bedrock answers through its backend".to_owned()),
             };
             let delta = std::mem::take(&mut state.delta);
             if let Some(batch) = batcher.push(&delta, Instant::now()) {
@@ -475,7 +476,6 @@ async fn invoke_backend(invocation: &Invocation<'_>, progress: &dyn ProgressSink
         let error = unavailable(id, format!("provider `{id}`'s stream ended before the answer finished"), true);
         return Err(failure(&state, &batcher, error));
     }
-                ProviderKind::Bedrock => Err("bedrock answers through its backend".to_owned()),
     let mut answer = state.answer;
     answer.text = batcher.text().to_owned();
     progress.report(Progress::Chunk { data: batcher.finish(meta(invocation, &answer)).to_value() }).await;
