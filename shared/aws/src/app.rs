@@ -64,8 +64,18 @@ pub fn node_registry(settings: &Settings) -> NodeRegistry {
 /// reaches, only with the test seams on (`OPENWOP_TEST_SEAM_ENABLED`: a stack that runs
 /// conformance).
 pub fn node_registry_with(settings: &Settings, secrets: Option<Arc<dyn SecretResolver>>) -> NodeRegistry {
+    node_registry_of(settings, secrets, settings.providers())
+}
+
+/// [`node_registry_with`] over `providers` (the functions': `bedrock` ones with the Converse
+/// client attached, [`crate::bedrock::with_backend`]).
+pub fn node_registry_of(
+    settings: &Settings,
+    secrets: Option<Arc<dyn SecretResolver>>,
+    providers: trellis_activities::ai::Providers,
+) -> NodeRegistry {
     let http = HttpClient::system(settings.http.clone());
-    let ai = CallPromptActivity::new(http.clone(), settings.providers(), secrets.clone(), settings.test_seams);
+    let ai = CallPromptActivity::new(http.clone(), providers, secrets.clone(), settings.test_seams);
     let nodes = NodeRegistry::new()
         .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
         .with_supervisor_model(Arc::new(trellis_activities::ai::supervisor::SupervisorModelActivity::new(&ai)))
@@ -127,7 +137,11 @@ impl AwsApp {
         };
         let mut services = Services::new(ports, settings.limits)
             .with_test_seams(settings.test_seams)
-            .with_nodes(node_registry_with(&settings, crate::secrets::resolver(&settings.secrets, config)))
+            .with_nodes(node_registry_of(
+                &settings,
+                crate::secrets::resolver(&settings.secrets, config),
+                crate::bedrock::with_backend(settings.providers(), config),
+            ))
             // A child run is created in the call that committed its parent's step, and a
             // finished child advances its parent in the call that committed its end: no
             // message and no invocation of their own (the queue stays the fallback).

@@ -15,12 +15,14 @@
 //! - [`app`]: the composition of store, queue and use cases shared by the functions;
 //! - [`provision`]: creating the queues outside CloudFormation (emulators);
 //! - [`secrets`]: `credentialsRef` resolved from Secrets Manager or SSM Parameter Store under
-//!   one prefix.
+//!   one prefix;
+//! - [`bedrock`]: the `bedrock` model provider kind (Amazon Bedrock's Converse API).
 //!
 //! The Lambda functions in `functions/` are thin `main.rs` files over these.
 
 pub mod app;
 pub mod batch;
+pub mod bedrock;
 pub mod dispatch;
 pub mod effects;
 pub mod message;

@@ -204,7 +204,7 @@ impl Settings {
 fn ai_providers(lookup: Lookup<'_>) -> Result<String, SettingsError> {
     let document = lookup("TRELLIS_AI_PROVIDERS").unwrap_or_default();
     if !document.trim().is_empty() {
-        trellis_activities::ai::parse_providers(&document)
+        trellis_activities::ai::parse_providers_for(&document, trellis_activities::ai::Backend::Aws)
             .map_err(|error| SettingsError::Invalid { name: "TRELLIS_AI_PROVIDERS", reason: error.to_string() })?;
     }
     Ok(document)
@@ -216,7 +216,8 @@ impl Settings {
         if self.ai_providers.trim().is_empty() {
             return trellis_activities::ai::Providers::default();
         }
-        trellis_activities::ai::parse_providers(&self.ai_providers).unwrap_or_default()
+        trellis_activities::ai::parse_providers_for(&self.ai_providers, trellis_activities::ai::Backend::Aws)
+            .unwrap_or_default()
     }
 }
 

@@ -10,6 +10,7 @@
 pub mod callback;
 pub mod campaign;
 pub mod external;
+pub mod fake_bedrock;
 pub mod fake_model;
 pub mod host;
 pub mod http_server;

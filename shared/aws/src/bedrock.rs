@@ -1,0 +1,379 @@
+//! Amazon Bedrock's Converse API behind `core.ai.callPrompt`'s [`ModelBackend`] hook: the
+//! `bedrock` provider kind, served on the AWS backend only (the embedded binary carries no AWS
+//! SDK). Everything around the call — policy, budgets, usage (`provider.usage`) and cost,
+//! structured output and its repair turn, chunk batches, identity, retries — is the shared
+//! `callPrompt` attempt's; this module only speaks Converse:
+//!
+//! - the request: system messages → `system` text blocks (with a `responseSchema`, one more
+//!   block asking for only a JSON value that matches it), user/assistant messages →
+//!   `messages` (consecutive messages of one role merged: Converse wants them alternating),
+//!   `maxTokens` / `temperature` (capped at 1) → `inferenceConfig`; `X-Trellis-Request-Key`,
+//!   `Idempotency-Key` and `Trellis-Attempt` ride along as headers (signed with the rest);
+//! - auth: SigV4 with the host's credentials (the function's IAM role); no key, ever;
+//! - the endpoint: the SDK's for the provider's `region` (default: the host's);
+//!   `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` overrides it (how the tests reach the testkit's fake);
+//! - the answer: text blocks joined, `stopReason` → `finishReason`, `usage` → token counts;
+//!   Converse is not streamed, so a streaming node gets its answer as one final chunk batch
+//!   (`ConverseStream`'s binary event stream stays unexercised offline);
+//! - errors ([`service_error`]): the same stable codes and retry classes as the HTTP kinds
+//!   (`ThrottlingException` → `provider_quota_exhausted`, retryable, `retryAfterMs` at
+//!   least [`THROTTLE_RETRY_AFTER_MS`]; `ModelNotReadyException`, `ServiceUnavailable`,
+//!   `InternalServer`, `ModelTimeout`, network failures, timeouts → `provider_unavailable`,
+//!   retryable; `AccessDenied` and other credential refusals → `provider_auth_failed`;
+//!   `Validation`, `ResourceNotFound`, `ModelError` → `provider_request_rejected`;
+//!   `ServiceQuotaExceeded` → `provider_quota_exhausted`, not retryable). The SDK's own
+//!   retries are off: the engine's retry policy owns them.
+//!
+//! Tool calling (the agent node's `tools`) is not mapped onto Converse's `toolConfig` yet.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use aws_sdk_bedrockruntime::config::http::HttpResponse;
+use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_bedrockruntime::operation::converse::{ConverseError, ConverseOutput};
+use aws_sdk_bedrockruntime::types::{
+    ContentBlock, ConversationRole, ConverseOutput as Output, InferenceConfiguration, Message, StopReason,
+    SystemContentBlock,
+};
+use aws_sdk_bedrockruntime::Client;
+use serde_json::{json, Value};
+use trellis_activities::ai::provider::{status_error, Answer, Failure, Invocation, Turn};
+use trellis_activities::ai::{ModelBackend, ProviderKind, Providers};
+use trellis_core::activity::ActivityError;
+
+/// The least `retryAfterMs` of a throttled call (Converse sends no `Retry-After`).
+pub const THROTTLE_RETRY_AFTER_MS: u64 = 1_000;
+
+/// The Converse client of every `bedrock` provider: one SDK client per region named.
+#[derive(Debug, Clone)]
+pub struct BedrockBackend {
+    default: Client,
+    regional: HashMap<String, Client>,
+}
+
+impl BedrockBackend {
+    /// Clients from `config` (credentials, endpoint overrides), one more per `region` a
+    /// `bedrock` provider of `providers` names; the SDK's retries off.
+    pub fn new(config: &aws_config::SdkConfig, providers: &Providers) -> Self {
+        let client = |region: Option<&str>| {
+            let mut builder = aws_sdk_bedrockruntime::config::Builder::from(config)
+                .retry_config(aws_sdk_bedrockruntime::config::retry::RetryConfig::disabled());
+            if let Some(region) = region {
+                builder = builder.region(aws_sdk_bedrockruntime::config::Region::new(region.to_owned()));
+            }
+            Client::from_conf(builder.build())
+        };
+        let regional = providers
+            .list()
+            .iter()
+            .filter(|provider| provider.kind == ProviderKind::Bedrock)
+            .filter_map(|provider| provider.region.clone())
+            .map(|region| (region.clone(), client(Some(&region))))
+            .collect();
+        Self { default: client(None), regional }
+    }
+
+    fn client(&self, region: Option<&str>) -> &Client {
+        region.and_then(|region| self.regional.get(region)).unwrap_or(&self.default)
+    }
+}
+
+/// `providers` with the Converse client attached to its `bedrock` providers (none: as given).
+pub fn with_backend(mut providers: Providers, config: &aws_config::SdkConfig) -> Providers {
+    if providers.has_kind(ProviderKind::Bedrock) {
+        let backend = Arc::new(BedrockBackend::new(config, &providers));
+        providers.attach_backend(ProviderKind::Bedrock, backend);
+    }
+    providers
+}
+
+/// A Converse request's parts, before the SDK's builders.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The `system` text blocks.
+    pub system: Vec<String>,
+    /// `(role, text blocks)`, alternating roles.
+    pub messages: Vec<(ConversationRole, Vec<String>)>,
+    /// `inferenceConfig.maxTokens`.
+    pub max_tokens: Option<i32>,
+    /// `inferenceConfig.temperature`.
+    pub temperature: Option<f32>,
+}
+
+/// The Converse request of `turn` (see the module docs).
+pub fn request(turn: &Turn<'_>) -> Request {
+    request_of(turn.messages, turn.schema, turn.max_tokens, turn.temperature)
+}
+
+fn request_of(
+    turn_messages: &[Value],
+    schema: Option<&Value>,
+    max_tokens: Option<u64>,
+    temperature: Option<f64>,
+) -> Request {
+    let mut system = Vec::new();
+    let mut messages: Vec<(ConversationRole, Vec<String>)> = Vec::new();
+    for message in turn_messages {
+        let content = message.get("content").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let role = match message.get("role").and_then(Value::as_str) {
+            Some("system") => {
+                system.push(content);
+                continue;
+            }
+            Some("assistant") => ConversationRole::Assistant,
+            _ => ConversationRole::User,
+        };
+        match messages.last_mut() {
+            Some((last, blocks)) if *last == role => blocks.push(content),
+            _ => messages.push((role, vec![content])),
+        }
+    }
+    if let Some(schema) = schema {
+        system.push(format!(
+            "Answer with only a JSON value that matches this JSON schema, no prose and no code fence: {schema}"
+        ));
+    }
+    Request {
+        system,
+        messages,
+        max_tokens: max_tokens.map(|max| i32::try_from(max).unwrap_or(i32::MAX)),
+        temperature: temperature.map(|temperature| temperature.min(1.0) as f32),
+    }
+}
+
+/// `stopReason` in the chunk vocabulary (`stop`, `length`, `tool_calls`, `content_filter`).
+pub fn finish(reason: &StopReason) -> &'static str {
+    match reason {
+        StopReason::MaxTokens | StopReason::ModelContextWindowExceeded => "length",
+        StopReason::ToolUse => "tool_calls",
+        StopReason::ContentFiltered | StopReason::GuardrailIntervened => "content_filter",
+        _ => "stop",
+    }
+}
+
+fn answer(output: &ConverseOutput) -> Answer {
+    let text = match output.output() {
+        Some(Output::Message(message)) => {
+            message.content().iter().filter_map(|block| block.as_text().ok()).map(String::as_str).collect()
+        }
+        _ => String::new(),
+    };
+    let tokens = |count: i32| u64::try_from(count).ok();
+    Answer {
+        text,
+        finish_reason: finish(output.stop_reason()).to_owned(),
+        input_tokens: output.usage().and_then(|usage| tokens(usage.input_tokens())),
+        output_tokens: output.usage().and_then(|usage| tokens(usage.output_tokens())),
+        ..Answer::default()
+    }
+}
+
+/// The error of a Converse exception `error_type` (HTTP `status`, the service's `message`):
+/// the HTTP kinds' codes (see the module docs); `details.errorType` names the exception.
+pub fn service_error(provider: &str, status: u16, error_type: Option<&str>, message: Option<&str>) -> ActivityError {
+    let body = json!({ "message": message.unwrap_or_default() }).to_string();
+    let as_status = |status: u16| status_error(provider, status, &[], body.as_bytes(), None);
+    let mut error = match error_type.unwrap_or_default() {
+        "ThrottlingException" => as_status(429),
+        "ServiceQuotaExceededException" => ActivityError::new(
+            "provider_quota_exhausted",
+            format!("provider `{provider}`: the account's Bedrock quota is exceeded"),
+            false,
+        )
+        .with_details(json!({ "provider": provider, "status": status })),
+        // The model is loading: not a quota, worth another attempt.
+        "ModelNotReadyException" | "ServiceUnavailableException" => as_status(503),
+        "InternalServerException" => as_status(500),
+        "ModelTimeoutException" => as_status(408),
+        "AccessDeniedException"
+        | "UnrecognizedClientException"
+        | "InvalidSignatureException"
+        | "ExpiredTokenException"
+        | "MissingAuthenticationTokenException" => as_status(403),
+        "ValidationException" | "ResourceNotFoundException" | "ModelErrorException" if status < 400 => as_status(400),
+        _ => as_status(status),
+    };
+    if let Some(details) = error.details.as_mut().and_then(Value::as_object_mut) {
+        if let Some(error_type) = error_type {
+            details.insert("errorType".into(), json!(error_type));
+        }
+        if error.code == "provider_quota_exhausted" && error.retryable {
+            let asked = details.get("retryAfterMs").and_then(Value::as_u64).unwrap_or(0);
+            details.insert("retryAfterMs".into(), json!(asked.max(THROTTLE_RETRY_AFTER_MS)));
+        }
+    }
+    error
+}
+
+fn unavailable(provider: &str, message: String) -> ActivityError {
+    ActivityError::new("provider_unavailable", message, true).with_details(json!({ "provider": provider }))
+}
+
+fn sdk_error(provider: &str, error: &SdkError<ConverseError, HttpResponse>) -> ActivityError {
+    match error {
+        SdkError::ServiceError(context) => {
+            let status = context.raw().status().as_u16();
+            service_error(provider, status, context.err().code(), context.err().message())
+        }
+        SdkError::ConstructionFailure(_) => ActivityError::new(
+            "provider_request_rejected",
+            format!("cannot build the request to provider `{provider}`"),
+            false,
+        )
+        .with_details(json!({ "provider": provider })),
+        SdkError::TimeoutError(_) => unavailable(provider, format!("provider `{provider}` did not answer in time")),
+        SdkError::ResponseError(_) => unavailable(provider, format!("provider `{provider}`'s answer is unreadable")),
+        _ => unavailable(provider, format!("calling provider `{provider}` failed: {}", error_kind(error))),
+    }
+}
+
+/// A short, key-free name of a transport failure.
+fn error_kind<E, R>(error: &SdkError<E, R>) -> &'static str {
+    match error {
+        SdkError::DispatchFailure(failure) if failure.is_timeout() => "connection timeout",
+        SdkError::DispatchFailure(failure) if failure.is_io() => "connection failed",
+        SdkError::DispatchFailure(_) => "dispatch failure",
+        _ => "unexpected failure",
+    }
+}
+
+#[async_trait]
+impl ModelBackend for BedrockBackend {
+    async fn converse(&self, invocation: &Invocation<'_>) -> Result<Answer, Failure> {
+        let provider = invocation.provider;
+        let id = provider.id.as_str();
+        let parts = request(&invocation.turn);
+        let rejected = |what: &str| {
+            ActivityError::new(
+                "provider_request_rejected",
+                format!("cannot build the request to provider `{id}`: {what}"),
+                false,
+            )
+            .with_details(json!({ "provider": id }))
+        };
+        let mut messages = Vec::with_capacity(parts.messages.len());
+        for (role, blocks) in parts.messages {
+            let mut message = Message::builder().role(role);
+            for block in blocks {
+                message = message.content(ContentBlock::Text(block));
+            }
+            messages.push(message.build().map_err(|_| rejected("a message does not build"))?);
+        }
+        let mut call = self
+            .client(provider.region.as_deref())
+            .converse()
+            .model_id(invocation.turn.model)
+            .set_messages(Some(messages));
+        for text in parts.system {
+            call = call.system(SystemContentBlock::Text(text));
+        }
+        if parts.max_tokens.is_some() || parts.temperature.is_some() {
+            call = call.inference_config(
+                InferenceConfiguration::builder()
+                    .set_max_tokens(parts.max_tokens)
+                    .set_temperature(parts.temperature)
+                    .build(),
+            );
+        }
+        let headers = [
+            ("x-trellis-request-key", invocation.request_key.to_owned()),
+            ("idempotency-key", invocation.idempotency_key.to_owned()),
+            ("trellis-attempt", invocation.attempt.to_string()),
+        ];
+        let send = call
+            .customize()
+            .mutate_request(move |request| {
+                for (name, value) in &headers {
+                    request.headers_mut().insert(*name, value.clone());
+                }
+            })
+            .send();
+        let timeout_ms = invocation.deadline.saturating_duration_since(Instant::now()).as_millis();
+        match tokio::time::timeout_at(invocation.deadline.into(), send).await {
+            Err(_elapsed) => {
+                Err(unavailable(id, format!("provider `{id}` did not answer within {timeout_ms} ms")).into())
+            }
+            Ok(Err(error)) => Err(sdk_error(id, &error).into()),
+            Ok(Ok(output)) => Ok(answer(&output)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(error: &ActivityError) -> (&str, bool) {
+        (error.code.as_str(), error.retryable)
+    }
+
+    #[test]
+    fn converse_exceptions_map_to_the_http_kinds_codes() {
+        let throttled = service_error("br", 429, Some("ThrottlingException"), Some("Too many requests"));
+        assert_eq!(code(&throttled), ("provider_quota_exhausted", true));
+        let details = throttled.details.clone().unwrap();
+        assert_eq!(
+            (details["retryAfterMs"].clone(), details["errorType"].clone()),
+            (json!(1000), json!("ThrottlingException"))
+        );
+        let cases = [
+            ("ModelNotReadyException", 429, ("provider_unavailable", true)),
+            ("ServiceUnavailableException", 503, ("provider_unavailable", true)),
+            ("InternalServerException", 500, ("provider_unavailable", true)),
+            ("ModelTimeoutException", 408, ("provider_unavailable", true)),
+            ("AccessDeniedException", 403, ("provider_auth_failed", false)),
+            ("UnrecognizedClientException", 403, ("provider_auth_failed", false)),
+            ("ValidationException", 400, ("provider_request_rejected", false)),
+            ("ResourceNotFoundException", 404, ("provider_request_rejected", false)),
+            ("ModelErrorException", 424, ("provider_request_rejected", false)),
+            ("ServiceQuotaExceededException", 400, ("provider_quota_exhausted", false)),
+        ];
+        for (error_type, status, expected) in cases {
+            let error = service_error("br", status, Some(error_type), Some("no"));
+            assert_eq!(code(&error), expected, "{error_type}");
+        }
+        // An exception this table does not know follows its status.
+        assert_eq!(
+            code(&service_error("br", 502, Some("SomethingNewException"), None)),
+            ("provider_unavailable", true)
+        );
+        let rejected = service_error("br", 400, Some("ValidationException"), Some("maxTokens must be at most 4096"));
+        assert!(rejected.message.contains("maxTokens must be at most 4096"), "{}", rejected.message);
+    }
+
+    #[test]
+    fn a_turn_becomes_alternating_converse_messages_with_a_system_block() {
+        let messages = vec![
+            json!({"role": "system", "content": "Be brief."}),
+            json!({"role": "user", "content": "one"}),
+            json!({"role": "user", "content": "two"}),
+            json!({"role": "assistant", "content": "{}"}),
+            json!({"role": "user", "content": "fix it"}),
+        ];
+        let schema = json!({"type": "object"});
+        let parts = request_of(&messages, Some(&schema), Some(64), Some(1.5));
+        assert_eq!(parts.system.len(), 2);
+        assert_eq!(parts.system[0], "Be brief.");
+        assert!(parts.system[1].contains(r#"{"type":"object"}"#), "{}", parts.system[1]);
+        assert_eq!(
+            parts.messages,
+            vec![
+                (ConversationRole::User, vec!["one".to_owned(), "two".to_owned()]),
+                (ConversationRole::Assistant, vec!["{}".to_owned()]),
+                (ConversationRole::User, vec!["fix it".to_owned()]),
+            ]
+        );
+        assert_eq!((parts.max_tokens, parts.temperature), (Some(64), Some(1.0)));
+    }
+
+    #[test]
+    fn stop_reasons_map_to_the_chunk_vocabulary() {
+        assert_eq!(finish(&StopReason::EndTurn), "stop");
+        assert_eq!(finish(&StopReason::MaxTokens), "length");
+        assert_eq!(finish(&StopReason::ToolUse), "tool_calls");
+        assert_eq!(finish(&StopReason::GuardrailIntervened), "content_filter");
+    }
+}

@@ -1,0 +1,158 @@
+//! The `bedrock` provider kind on the emulated AWS stack: `core.ai.callPrompt` through the
+//! Converse client (`aws-sdk-bedrockruntime`, SigV4 with the stack's dummy credentials) against
+//! the testkit's fake Bedrock runtime on 127.0.0.1 (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`). A run
+//! completes with the text, `provider.usage` carries the token counts and the cost from the
+//! model's prices; a throttled call is retried under the node's policy; an invalid structured
+//! answer gets one repair turn (sent as alternating Converse messages); a streamed node gets
+//! one final chunk batch; a `ValidationException` fails the node without a retry; discovery
+//! advertises the provider, never as BYOK. Without the emulators the suite is ignored.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{require_emulators, stack_with, AwsDriver};
+use trellis_testkit::fake_bedrock::{BedrockReply, FakeBedrock};
+use trellis_testkit::fake_model::ModelReply;
+use trellis_testkit::script::Runner;
+
+const MODEL: &str = "anthropic.claude-3-haiku-20240307-v1:0";
+
+fn providers() -> Value {
+    json!([{"id": "br", "kind": "bedrock", "default": true,
+            "models": [{"id": MODEL, "inputUsdPerMTok": 3.0, "outputUsdPerMTok": 15.0}]}])
+}
+
+fn workflow(id: &str, config: Value) -> Value {
+    let retry = json!({"retry": {"maxAttempts": 3, "initialIntervalMs": 10, "backoffCoefficient": 1.0}});
+    json!({"id": id, "name": id, "version": "1", "edges": [],
+           "nodes": [{"id": "ask", "typeId": "core.ai.callPrompt", "config": config, "settings": retry}]})
+}
+
+fn workflows() -> Vec<Value> {
+    let schema = json!({
+        "type": "object", "additionalProperties": false, "required": ["answer", "confidence"],
+        "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"}},
+    });
+    vec![
+        workflow(
+            "br-plain",
+            json!({"systemPrompt": "Be brief.", "prompt": "Say hi to {{variables.who}}", "maxTokens": 64}),
+        ),
+        workflow("br-structured", json!({"prompt": "Answer {{variables.q}}", "responseSchema": schema})),
+        workflow("br-streamed", json!({"provider": "br", "prompt": "tell", "stream": true})),
+    ]
+}
+
+fn of_type<'a>(events: &'a [Value], event_type: &str) -> Vec<&'a Value> {
+    events.iter().filter(|event| event["type"] == event_type).collect()
+}
+
+async fn debug_log(stack: &mut support::Stack, run_id: &str) -> Vec<Value> {
+    let path = format!("/v1/runs/{run_id}/events/poll?timeout=0&streamMode=debug");
+    let (status, page) = stack.api("GET", &path, None).await;
+    assert_eq!(status, 200, "{page}");
+    page["events"].as_array().cloned().unwrap_or_default()
+}
+
+/// Plays `script` on the stack; returns its debug log and snapshot.
+async fn play(stack: &mut support::Stack, script: Value) -> (Vec<Value>, Value) {
+    let finished = Runner::new(&mut AwsDriver(stack)).run(&script).await;
+    let log = debug_log(stack, &finished.run_id).await;
+    let snapshot = stack.snapshot(&finished.run_id).await;
+    (log, snapshot)
+}
+
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn call_prompt_runs_on_bedrock_through_converse() {
+    require_emulators();
+    let fake = FakeBedrock::start().await;
+    // The only test of this binary: nothing else reads the variable.
+    std::env::set_var("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", fake.endpoint_url());
+    let mut stack = stack_with(Default::default(), providers().to_string()).await;
+    for definition in workflows() {
+        let (status, body) = stack.api("POST", "/v1/workflows", Some(definition)).await;
+        assert_eq!(status, 201, "{body}");
+    }
+
+    // Discovery: the provider is routable, and not BYOK (IAM auth).
+    let (_, discovery) = stack.request("GET", "/.well-known/openwop", None, false).await;
+    let ai = &discovery["aiProviders"];
+    assert_eq!((ai["supported"].clone(), ai["byok"].clone()), (json!(["br"]), json!([])), "{discovery}");
+
+    // A plain call: the text, the usage, the cost; a signed Converse request, no key.
+    fake.script([ModelReply::text("Hello, Ada").usage(12, 3)]);
+    let script = json!({"id": "plain", "workflowId": "br-plain", "request": {"inputs": {"who": "Ada"}},
+                        "expect": {"status": "completed"}});
+    let (log, snapshot) = play(&mut stack, script).await;
+    let outputs = &snapshot["variables"]["ask"];
+    assert_eq!(outputs["text"], "Hello, Ada", "{snapshot}");
+    assert_eq!((outputs["provider"].clone(), outputs["model"].clone()), (json!("br"), json!(MODEL)));
+    assert_eq!(outputs["usage"], json!({"inputTokens": 12, "outputTokens": 3, "totalTokens": 15}));
+    let usage = of_type(&log, "provider.usage");
+    assert_eq!(usage.len(), 1, "{log:?}");
+    let payload = &usage[0]["payload"];
+    assert_eq!((payload["provider"].clone(), payload["model"].clone()), (json!("br"), json!(MODEL)));
+    assert_eq!((payload["inputTokens"].clone(), payload["outputTokens"].clone()), (json!(12), json!(3)));
+    let cost = payload["costEstimateUsd"].as_f64().expect("a cost estimate");
+    assert!((cost - (12.0 * 3.0 + 3.0 * 15.0) / 1e6).abs() < 1e-12, "{payload}");
+    assert_eq!(snapshot["metrics"]["openwopCost"]["provider"], "br", "{snapshot}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.model_id.as_deref(), Some(MODEL));
+    assert!(request.signed(), "{:?}", request.headers);
+    assert!(request.header("x-api-key").is_none());
+    assert!(request.header("x-trellis-request-key").is_some_and(|key| !key.is_empty()));
+    assert_eq!(request.last_user_text().as_deref(), Some("Say hi to Ada"));
+    assert_eq!(request.system_text(), "Be brief.");
+    assert_eq!(request.body["inferenceConfig"]["maxTokens"], 64);
+
+    // A throttled call is retried (`provider_quota_exhausted`, retryable), then answers.
+    fake.clear_requests();
+    fake.script([BedrockReply::throttled(), ModelReply::text("fine").into()]);
+    let script = json!({"id": "throttled", "workflowId": "br-plain", "request": {"inputs": {"who": "Bo"}},
+                        "expect": {"status": "completed"}});
+    let (log, snapshot) = play(&mut stack, script).await;
+    assert_eq!(snapshot["variables"]["ask"]["text"], "fine", "{snapshot}");
+    let retried = of_type(&log, "node.retried");
+    assert_eq!(retried.len(), 1, "{log:?}");
+    let last_error = &retried[0]["payload"]["lastError"];
+    assert_eq!(last_error["code"], "provider_quota_exhausted", "{last_error}");
+    assert_eq!(fake.requests().len(), 2, "the SDK's own retries are off");
+
+    // An invalid structured answer is repaired once, in alternating Converse messages.
+    fake.clear_requests();
+    let answer = json!({"answer": "because", "confidence": 0.9});
+    fake.script([ModelReply::text("not json"), ModelReply::json(&answer)]);
+    let script = json!({"id": "structured", "workflowId": "br-structured", "request": {"inputs": {"q": "why"}},
+                        "expect": {"status": "completed"}});
+    let (log, snapshot) = play(&mut stack, script).await;
+    assert_eq!(snapshot["variables"]["ask"]["data"], answer, "{snapshot}");
+    assert_eq!(of_type(&log, "provider.usage").len(), 2, "the repair turn is a second invocation");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[0].system_text().contains("\"confidence\""), "the schema is asked for");
+    let roles: Vec<&Value> = requests[1].messages().iter().map(|message| &message["role"]).collect();
+    assert_eq!(roles, [&json!("user"), &json!("assistant"), &json!("user")]);
+
+    // A streamed node gets its (non-streamed) answer as one final chunk batch.
+    fake.script([ModelReply::text("one two three")]);
+    let script = json!({"id": "streamed", "workflowId": "br-streamed", "expect": {"status": "completed"}});
+    let (log, snapshot) = play(&mut stack, script).await;
+    let chunks = of_type(&log, "output.chunk");
+    assert_eq!(chunks.len(), 1, "{log:?}");
+    assert_eq!(chunks[0]["payload"]["chunk"]["isLast"], true);
+    assert_eq!(snapshot["variables"]["ask"]["text"], "one two three");
+
+    // A ValidationException is not retried.
+    fake.clear_requests();
+    fake.script([BedrockReply::exception(400, "ValidationException", "maxTokens is too large")]);
+    let script = json!({"id": "rejected", "workflowId": "br-plain", "request": {"inputs": {"who": "Cy"}},
+                        "expect": {"status": "failed"}});
+    let (log, _) = play(&mut stack, script).await;
+    let failed = of_type(&log, "node.failed");
+    assert_eq!(failed[0]["payload"]["error"]["code"], "provider_request_rejected", "{log:?}");
+    assert!(of_type(&log, "node.retried").is_empty());
+    assert_eq!(fake.requests().len(), 1);
+}

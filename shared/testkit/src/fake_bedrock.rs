@@ -1,0 +1,377 @@
+//! A fake Amazon Bedrock runtime on 127.0.0.1 speaking the Converse API, for the `bedrock`
+//! provider kind: `POST /model/{modelId}/converse` answers
+//! `{output: {message: {role: "assistant", content: [{text}]}}, stopReason, usage:
+//! {inputTokens, outputTokens, totalTokens}, metrics}`. Point the AWS SDK at it with
+//! `AWS_ENDPOINT_URL_BEDROCK_RUNTIME=`[`FakeBedrock::endpoint_url`]. Nothing leaves loopback.
+//!
+//! Replies are the fake model provider's [`ModelReply`]s (text, usage, finish reason, delay;
+//! [`ModelReply::error`] becomes the Converse exception of its status, e.g. 429 →
+//! `ThrottlingException`), or a named exception ([`BedrockReply::exception`],
+//! [`BedrockReply::throttled`]), queued one per request ([`FakeBedrock::script`]). With the
+//! queue empty a request gets `echo: <last user text>`, usage counted in words. An exception
+//! is sent as the service sends it: its status, `x-amzn-ErrorType: <Type>:<namespace>` and a
+//! `{"message"}` body.
+//!
+//! Each request is recorded ([`FakeBedrock::requests`]) and, before any scripted reply is
+//! consumed, checked as the service would: another path gets a 404
+//! `UnknownOperationException`; a request without a SigV4 `Authorization`
+//! (`AWS4-HMAC-SHA256 Credential=…`), or carrying an API key (`x-api-key`, a bearer token), a
+//! 403 `UnrecognizedClientException`; a body without a non-empty `messages` array, or whose
+//! roles do not alternate starting with `user`, a 400 `ValidationException`. A reply the
+//! Converse fake does not speak (a disconnect, tool calls) closes the connection.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use crate::fake_model::{Content, FinishReason, ModelReply, Usage};
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One scripted reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BedrockReply {
+    /// An answer (or an error by status) as the fake model provider scripts it.
+    Model(ModelReply),
+    /// A Converse exception.
+    Exception {
+        /// The HTTP status.
+        status: u16,
+        /// The exception's name (`ThrottlingException`, `ModelNotReadyException`, …).
+        error_type: String,
+        /// Its `message`.
+        message: String,
+    },
+}
+
+impl BedrockReply {
+    /// The exception `error_type` with `status` and `message`.
+    pub fn exception(status: u16, error_type: &str, message: &str) -> Self {
+        Self::Exception { status, error_type: error_type.to_owned(), message: message.to_owned() }
+    }
+
+    /// A 429 `ThrottlingException`.
+    pub fn throttled() -> Self {
+        Self::exception(429, "ThrottlingException", "Too many requests, please wait before trying again.")
+    }
+}
+
+impl From<ModelReply> for BedrockReply {
+    fn from(reply: ModelReply) -> Self {
+        Self::Model(reply)
+    }
+}
+
+/// A Converse request the fake received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConverseRequest {
+    /// The method.
+    pub method: String,
+    /// The path, as sent (the model id percent-encoded).
+    pub path: String,
+    /// The model id of the path, decoded (`None` for a path that is not a Converse call).
+    pub model_id: Option<String>,
+    /// Headers, names lower-case, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON (`Null` if it is not JSON).
+    pub body: Value,
+}
+
+impl ConverseRequest {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(seen, _)| seen.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
+    }
+
+    /// Whether it carries a SigV4 `Authorization` header.
+    pub fn signed(&self) -> bool {
+        self.header("authorization")
+            .is_some_and(|value| value.starts_with("AWS4-HMAC-SHA256 ") && value.contains("Credential="))
+    }
+
+    /// The `messages` array (empty if absent).
+    pub fn messages(&self) -> &[Value] {
+        self.body.get("messages").and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+
+    /// The `system` blocks' text, joined with newlines.
+    pub fn system_text(&self) -> String {
+        self.body.get("system").map(blocks_text).unwrap_or_default()
+    }
+
+    /// The text of the last `user` message (its text blocks joined with newlines).
+    pub fn last_user_text(&self) -> Option<String> {
+        self.messages()
+            .iter()
+            .rev()
+            .find(|message| message.get("role").and_then(Value::as_str) == Some("user"))
+            .map(|message| message.get("content").map(blocks_text).unwrap_or_default())
+    }
+}
+
+/// The `text` of each content block, joined with newlines.
+fn blocks_text(blocks: &Value) -> String {
+    blocks
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|block| block.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[derive(Debug, Default)]
+struct State {
+    queue: VecDeque<BedrockReply>,
+    requests: Vec<ConverseRequest>,
+}
+
+/// The fake; stops (with every open connection) when dropped.
+#[derive(Debug)]
+pub struct FakeBedrock {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl FakeBedrock {
+    /// Starts one on `127.0.0.1:0` (an ephemeral port).
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = Arc::clone(&state);
+        let accept =
+            tokio::spawn(crate::http_server::serve(listener, move |request| handle(request, Arc::clone(&shared))));
+        Self { addr, state, accept }
+    }
+
+    /// `http://127.0.0.1:PORT`: the value of `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`.
+    pub fn endpoint_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Replaces the reply queue with `replies`, consumed one per Converse request.
+    pub fn script<I, R>(&self, replies: I)
+    where
+        I: IntoIterator<Item = R>,
+        R: Into<BedrockReply>,
+    {
+        lock(&self.state).queue = replies.into_iter().map(Into::into).collect();
+    }
+
+    /// Appends one reply to the queue.
+    pub fn push(&self, reply: impl Into<BedrockReply>) {
+        lock(&self.state).queue.push_back(reply.into());
+    }
+
+    /// How many scripted replies are still queued.
+    pub fn pending(&self) -> usize {
+        lock(&self.state).queue.len()
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<ConverseRequest> {
+        lock(&self.state).requests.clone()
+    }
+
+    /// Forgets the requests received so far.
+    pub fn clear_requests(&self) {
+        lock(&self.state).requests.clear();
+    }
+}
+
+impl Drop for FakeBedrock {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// `%XX` sequences decoded (the SDK encodes the model id's `:` and `/`).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let hex = bytes.get(index + 1..index + 3).and_then(|pair| std::str::from_utf8(pair).ok());
+        match (bytes[index], hex.and_then(|pair| u8::from_str_radix(pair, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                index += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn model_id(method: &str, path: &str) -> Option<String> {
+    let id = path.strip_prefix("/model/")?.strip_suffix("/converse")?;
+    (method == "POST" && !id.is_empty()).then(|| percent_decode(id))
+}
+
+/// The exception name Converse sends for `status`.
+fn exception_of(status: u16) -> &'static str {
+    match status {
+        400 => "ValidationException",
+        401 | 403 => "AccessDeniedException",
+        404 => "ResourceNotFoundException",
+        408 => "ModelTimeoutException",
+        424 => "ModelErrorException",
+        429 => "ThrottlingException",
+        503 | 529 => "ServiceUnavailableException",
+        _ => "InternalServerException",
+    }
+}
+
+/// `stopReason` of a finish reason.
+fn stop_reason(finish: &FinishReason) -> &str {
+    match finish {
+        FinishReason::Stop => "end_turn",
+        FinishReason::Length => "max_tokens",
+        FinishReason::ContentFilter => "content_filtered",
+        FinishReason::ToolCalls => "tool_use",
+        FinishReason::Other(other) => other,
+    }
+}
+
+fn words(text: &str) -> u64 {
+    text.split_whitespace().count() as u64
+}
+
+/// Why the service would refuse `seen` before running the model, if it would.
+fn refusal(seen: &ConverseRequest) -> Option<BedrockReply> {
+    if seen.model_id.is_none() {
+        let message = format!("{} {} is not a Converse call (fake bedrock)", seen.method, seen.path);
+        return Some(BedrockReply::exception(404, "UnknownOperationException", &message));
+    }
+    let keyed = seen.header("x-api-key").is_some()
+        || seen.header("authorization").is_some_and(|value| value.starts_with("Bearer "));
+    if keyed || !seen.signed() {
+        let message = "The request must be signed with SigV4 and carry no API key (fake bedrock)";
+        return Some(BedrockReply::exception(403, "UnrecognizedClientException", message));
+    }
+    let messages = seen.messages();
+    if messages.is_empty() {
+        return Some(BedrockReply::exception(400, "ValidationException", "messages must be a non-empty array"));
+    }
+    let alternating = messages.iter().enumerate().all(|(index, message)| {
+        let expected = if index % 2 == 0 { "user" } else { "assistant" };
+        message.get("role").and_then(Value::as_str) == Some(expected)
+    });
+    if !alternating {
+        let message = "A conversation must start with a user message and alternate user and assistant roles";
+        return Some(BedrockReply::exception(400, "ValidationException", message));
+    }
+    None
+}
+
+fn exception(status: u16, error_type: &str, message: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(json!({ "message": message }).to_string())));
+    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    let error_type = format!("{error_type}:http://internal.amazon.com/coral/com.amazon.bedrock/");
+    if let Ok(value) = hyper::header::HeaderValue::from_str(&error_type) {
+        headers.insert("x-amzn-errortype", value);
+    }
+    response
+}
+
+fn converse_answer(text: &str, finish: &FinishReason, usage: Usage) -> Response<Full<Bytes>> {
+    let body = json!({
+        "output": { "message": { "role": "assistant", "content": [{ "text": text }] } },
+        "stopReason": stop_reason(finish),
+        "usage": { "inputTokens": usage.input, "outputTokens": usage.output, "totalTokens": usage.input + usage.output },
+        "metrics": { "latencyMs": 1 },
+    });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A dropped connection (a reply the fake does not speak, or a scripted disconnect).
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("connection dropped (fake bedrock)")
+    }
+}
+
+impl std::error::Error for Dropped {}
+
+async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<Response<Full<Bytes>>, Dropped> {
+    let method = request.method().as_str().to_owned();
+    let path = request.uri().path().to_owned();
+    let headers = request
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .collect();
+    let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
+    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let seen = ConverseRequest { model_id: model_id(&method, &path), method, path, headers, body };
+    let reply = {
+        let mut state = lock(&state);
+        state.requests.push(seen.clone());
+        match refusal(&seen) {
+            Some(refused) => refused,
+            None => state.queue.pop_front().unwrap_or_else(|| BedrockReply::Model(ModelReply::echo())),
+        }
+    };
+    let reply = match reply {
+        BedrockReply::Exception { status, error_type, message } => {
+            return Ok(exception(status, &error_type, &message));
+        }
+        BedrockReply::Model(reply) => reply,
+    };
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let input = || {
+        let system = words(&seen.system_text());
+        system
+            + seen
+                .messages()
+                .iter()
+                .map(|message| words(&message.get("content").map(blocks_text).unwrap_or_default()))
+                .sum::<u64>()
+    };
+    let text = match reply.content {
+        Content::Echo => format!("echo: {}", seen.last_user_text().unwrap_or_default()),
+        Content::Text { text, .. } => text,
+        Content::Error { status, message, .. } => return Ok(exception(status, exception_of(status), &message)),
+        _ => return Err(Dropped),
+    };
+    let usage = reply.usage.unwrap_or_else(|| Usage { input: input(), output: words(&text) });
+    Ok(converse_answer(&text, &reply.finish, usage))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_ids_are_read_from_the_converse_path() {
+        let id = model_id("POST", "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse");
+        assert_eq!(id.as_deref(), Some("anthropic.claude-3-haiku-20240307-v1:0"));
+        assert_eq!(model_id("GET", "/model/m/converse"), None);
+        assert_eq!(model_id("POST", "/model/m/converse-stream"), None);
+        assert_eq!(exception_of(429), "ThrottlingException");
+    }
+}
