@@ -6,7 +6,8 @@
 //! `provider.usage` precedes `node.completed`; the provider key (a canary held in the
 //! secrets file) appears in no event, snapshot, debug bundle or log line; the
 //! `stream-text` mock answers a test:seams run with no provider at all; a bad providers
-//! file stops the host naming the field.
+//! file stops the host naming the field; so does a `bedrock` entry (AWS backend only), and a
+//! node naming Bedrock is refused at registration.
 
 mod common;
 
@@ -308,6 +309,43 @@ async fn a_bad_providers_file_stops_the_host_naming_the_field() {
         .expect("the host refuses to start");
     let message = error.to_string();
     assert!(message.contains("providers[0].kind") && message.contains("anthropic"), "{message}");
+}
+
+/// Bedrock is served on the AWS backend only: a `bedrock` providers entry stops the embedded
+/// host naming the field and the rule, and a node naming the provider id `bedrock` (or a
+/// Bedrock model ARN) is refused at registration with `422 capability_required`.
+#[tokio::test]
+async fn bedrock_is_refused_on_the_embedded_host() {
+    let _logs = logs();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = serve_args(None);
+    args.ai.providers_file = Some(write_file(
+        dir.path(),
+        "providers.json",
+        &json!([{"id": "bedrock", "kind": "bedrock", "region": "us-east-1", "models": ["amazon.nova-micro-v1:0"]}]),
+    ));
+    let error = EmbeddedHost::start(&args, HostOptions { api_key: Some(KEY.to_owned()), ..HostOptions::default() })
+        .await
+        .err()
+        .expect("the host refuses to start");
+    let message = error.to_string();
+    assert!(message.contains("providers[0].kind: bedrock providers need the AWS backend"), "{message}");
+
+    let model = FakeModel::start().await;
+    let (host, client) = host_with(&model, dir.path()).await;
+    assert_eq!(client.discovery().await["aiProviders"]["supported"], json!(["oa", "an"]));
+    let arn = "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-micro-v1:0";
+    for config in
+        [json!({"provider": "bedrock", "prompt": "hi"}), json!({"provider": "oa", "model": arn, "prompt": "hi"})]
+    {
+        let node = json!({"id": "ask", "typeId": "core.ai.callPrompt", "config": config});
+        let (status, body) = client.request("POST", "/v1/workflows", Some(workflow("on-bedrock", node))).await;
+        assert_eq!((status, body["error"].as_str()), (422, Some("capability_required")), "{body}");
+        assert_eq!(body["details"]["requiredCapability"], "aiProviders.bedrock", "{body}");
+        assert_eq!(body["details"]["nodeId"], "ask", "{body}");
+    }
+    assert_eq!(model.request_count(), 0);
+    host.stop().await;
 }
 
 #[tokio::test]
