@@ -43,7 +43,19 @@ pub struct ServeProcess {
 /// without fixtures, with loopback allowed for outbound HTTP ([`LOOPBACK_ALLOW_LIST`]), and
 /// with the worker crash point `crash_at` armed if given.
 pub async fn spawn(trellis: &Path, data_dir: &Path, key: &str, crash_at: Option<&str>) -> ServeProcess {
+    spawn_with_env(trellis, data_dir, key, crash_at, &[]).await
+}
+
+/// [`spawn`] with extra environment variables (e.g. `TRELLIS_OPENAI_BASE_URL`).
+pub async fn spawn_with_env(
+    trellis: &Path,
+    data_dir: &Path,
+    key: &str,
+    crash_at: Option<&str>,
+    env: &[(&str, &str)],
+) -> ServeProcess {
     let mut command = Command::new(trellis);
+    command.envs(env.iter().copied());
     command
         .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
