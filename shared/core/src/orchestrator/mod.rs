@@ -204,8 +204,8 @@ impl DecisionSource for ScriptedSource {
         if !context.mocks_allowed {
             return Err(crate::run::RunError::new(
                 "decision_source_unavailable",
-                "this supervisor names no model route (`route`, or `provider` + `model`); scripted plans \
-                 (mockDispatchPlan) run only in the host's own (global) workflows or for runs created by a \
+                "this supervisor names no model route (`route`, `provider` + `model`, or a `goal`); scripted \
+                 plans (mockDispatchPlan) run only in the host's own (global) workflows or for runs created by a \
                  test-scope key with the test seams on",
             ));
         }

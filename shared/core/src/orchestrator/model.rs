@@ -4,8 +4,9 @@
 //! an answer becomes a [`Proposal`] ([`read_answer`]).
 //!
 //! A supervisor is model-backed when its config names a route (`route: "provider/model"`,
-//! or `provider` / `model` as `core.ai.callPrompt` names them) and no scripted plan
-//! (`mockDispatchPlan`, `mockDecisions`, `mockPendingDecision`). Its tick is then an
+//! or `provider` / `model` as `core.ai.callPrompt` names them) or a `goal` (then the host's
+//! default provider), and no scripted plan (`mockDispatchPlan`, `mockDecisions`,
+//! `mockPendingDecision`). Its tick is then an
 //! activity (the model call runs outside the engine); the engine hands the activity the
 //! run's orchestration context under [`CONTEXT_INPUT`] and records the answer through the
 //! same decision path as a scripted one.
@@ -73,9 +74,9 @@ pub struct ModelConfig {
     pub workers: Vec<Worker>,
 }
 
-/// Whether a supervisor config is model-backed: a route and no scripted plan.
+/// Whether a supervisor config is model-backed: a route or a goal, and no scripted plan.
 pub fn routed(config: &Map<String, Value>) -> bool {
-    let route = ["route", "provider", "model"].iter().any(|key| config.get(*key).is_some_and(|v| !v.is_null()));
+    let route = ["route", "provider", "model", "goal"].iter().any(|key| config.get(*key).is_some_and(|v| !v.is_null()));
     route && plan_of(config).is_none() && !config.contains_key("mockPendingDecision")
 }
 

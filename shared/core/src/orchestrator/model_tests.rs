@@ -32,7 +32,8 @@ fn a_route_names_provider_and_model_and_plans_win_over_it() {
     }
     assert!(routed(json!({"route": "p/m"}).as_object().unwrap()));
     assert!(!routed(json!({"route": "p/m", "mockDispatchPlan": []}).as_object().unwrap()));
-    assert!(!routed(json!({"goal": "g"}).as_object().unwrap()));
+    assert!(routed(json!({"goal": "g"}).as_object().unwrap()), "the host's default provider");
+    assert!(!routed(json!({"agentId": "sup", "iterationCap": 3}).as_object().unwrap()));
 }
 
 #[test]
