@@ -24,7 +24,11 @@
 //!   `ServiceQuotaExceeded` → `provider_quota_exhausted`, not retryable). The SDK's own
 //!   retries are off: the engine's retry policy owns them.
 //!
-//! Tool calling (the agent node's `tools`) is not mapped onto Converse's `toolConfig` yet.
+//! Tool calling (the agent node's turns): the turn's tools go as `toolConfig.tools`
+//! (`toolSpec {name, description, inputSchema.json}`); an assistant message's `toolCalls` as
+//! `toolUse` blocks, a `tool` message as a user `toolResult` block (consecutive results in one
+//! message); the answer's `toolUse` blocks come back as tool calls (finish `tool_calls`) and
+//! its `reasoningContent` as reasoning.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,15 +36,18 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use aws_sdk_bedrockruntime::config::http::HttpResponse;
+use aws_sdk_bedrockruntime::error::BuildError;
 use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_bedrockruntime::operation::converse::{ConverseError, ConverseOutput};
 use aws_sdk_bedrockruntime::types::{
-    ContentBlock, ConversationRole, ConverseOutput as Output, InferenceConfiguration, Message, StopReason,
-    SystemContentBlock,
+    ContentBlock, ConversationRole, ConverseOutput as Output, InferenceConfiguration, Message, ReasoningContentBlock,
+    StopReason, SystemContentBlock, Tool, ToolConfiguration, ToolInputSchema, ToolResultBlock, ToolResultContentBlock,
+    ToolSpecification, ToolUseBlock,
 };
 use aws_sdk_bedrockruntime::Client;
+use aws_smithy_types::{Document, Number};
 use serde_json::{json, Value};
-use trellis_activities::ai::provider::{status_error, Answer, Failure, Invocation, Turn};
+use trellis_activities::ai::provider::{status_error, Answer, Failure, Invocation, ToolCall, Turn};
 use trellis_activities::ai::{ModelBackend, ProviderKind, Providers};
 use trellis_core::activity::ActivityError;
 
@@ -90,13 +97,38 @@ pub fn with_backend(mut providers: Providers, config: &aws_config::SdkConfig) ->
     providers
 }
 
+/// One content block of a Converse message, before the SDK's builders.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Block {
+    /// `{text}`.
+    Text(String),
+    /// `{toolUse: {toolUseId, name, input}}`: a tool call the model made earlier.
+    ToolUse {
+        /// The call's id.
+        id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        input: Value,
+    },
+    /// `{toolResult: {toolUseId, content: [{text}]}}`: what a tool returned.
+    ToolResult {
+        /// The call's id.
+        id: String,
+        /// The result, as text.
+        content: String,
+    },
+}
+
 /// A Converse request's parts, before the SDK's builders.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// The `system` text blocks.
     pub system: Vec<String>,
-    /// `(role, text blocks)`, alternating roles.
-    pub messages: Vec<(ConversationRole, Vec<String>)>,
+    /// `(role, blocks)`, alternating roles.
+    pub messages: Vec<(ConversationRole, Vec<Block>)>,
+    /// `toolConfig.tools` as the turn gives them (`{name, description, inputSchema}`).
+    pub tools: Vec<Value>,
     /// `inferenceConfig.maxTokens`.
     pub max_tokens: Option<i32>,
     /// `inferenceConfig.temperature`.
@@ -105,30 +137,52 @@ pub struct Request {
 
 /// The Converse request of `turn` (see the module docs).
 pub fn request(turn: &Turn<'_>) -> Request {
-    request_of(turn.messages, turn.schema, turn.max_tokens, turn.temperature)
+    request_of(turn.messages, turn.tools, turn.schema, turn.max_tokens, turn.temperature)
+}
+
+/// A turn's message as `(role, blocks)`; `None` for a system message.
+fn blocks_of(message: &Value) -> Option<(ConversationRole, Vec<Block>)> {
+    let content = message.get("content").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let text = |id: &str| message.get(id).and_then(Value::as_str).unwrap_or_default().to_owned();
+    match message.get("role").and_then(Value::as_str) {
+        Some("system") => None,
+        Some("assistant") => {
+            let calls = message.get("toolCalls").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+            let mut blocks = Vec::new();
+            // Converse refuses a blank text block.
+            if !content.is_empty() || calls.is_empty() {
+                blocks.push(Block::Text(content));
+            }
+            for call in calls {
+                let text = |key: &str| call.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+                let input = call.get("arguments").filter(|arguments| arguments.is_object()).cloned();
+                blocks.push(Block::ToolUse { id: text("id"), name: text("name"), input: input.unwrap_or(json!({})) });
+            }
+            Some((ConversationRole::Assistant, blocks))
+        }
+        Some("tool") => Some((ConversationRole::User, vec![Block::ToolResult { id: text("toolCallId"), content }])),
+        _ => Some((ConversationRole::User, vec![Block::Text(content)])),
+    }
 }
 
 fn request_of(
     turn_messages: &[Value],
+    tools: &[Value],
     schema: Option<&Value>,
     max_tokens: Option<u64>,
     temperature: Option<f64>,
 ) -> Request {
     let mut system = Vec::new();
-    let mut messages: Vec<(ConversationRole, Vec<String>)> = Vec::new();
+    let mut messages: Vec<(ConversationRole, Vec<Block>)> = Vec::new();
     for message in turn_messages {
-        let content = message.get("content").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let role = match message.get("role").and_then(Value::as_str) {
-            Some("system") => {
-                system.push(content);
-                continue;
-            }
-            Some("assistant") => ConversationRole::Assistant,
-            _ => ConversationRole::User,
+        let Some((role, mut blocks)) = blocks_of(message) else {
+            system.push(message.get("content").and_then(Value::as_str).unwrap_or_default().to_owned());
+            continue;
         };
+        // Consecutive messages of one role (tool results, a repair prompt) become one.
         match messages.last_mut() {
-            Some((last, blocks)) if *last == role => blocks.push(content),
-            _ => messages.push((role, vec![content])),
+            Some((last, merged)) if *last == role => merged.append(&mut blocks),
+            _ => messages.push((role, blocks)),
         }
     }
     if let Some(schema) = schema {
@@ -139,8 +193,43 @@ fn request_of(
     Request {
         system,
         messages,
+        tools: tools.to_vec(),
         max_tokens: max_tokens.map(|max| i32::try_from(max).unwrap_or(i32::MAX)),
         temperature: temperature.map(|temperature| temperature.min(1.0) as f32),
+    }
+}
+
+/// A JSON value as a Smithy document (tool inputs and schemas).
+pub fn to_document(value: &Value) -> Document {
+    match value {
+        Value::Null => Document::Null,
+        Value::Bool(flag) => Document::Bool(*flag),
+        Value::Number(number) => Document::Number(match (number.as_u64(), number.as_i64()) {
+            (Some(positive), _) => Number::PosInt(positive),
+            (None, Some(negative)) => Number::NegInt(negative),
+            _ => Number::Float(number.as_f64().unwrap_or_default()),
+        }),
+        Value::String(text) => Document::String(text.clone()),
+        Value::Array(items) => Document::Array(items.iter().map(to_document).collect()),
+        Value::Object(object) => {
+            Document::Object(object.iter().map(|(key, value)| (key.clone(), to_document(value))).collect())
+        }
+    }
+}
+
+/// A Smithy document as JSON (the arguments of the model's tool calls).
+pub fn to_json(document: &Document) -> Value {
+    match document {
+        Document::Null => Value::Null,
+        Document::Bool(flag) => json!(flag),
+        Document::Number(Number::PosInt(positive)) => json!(positive),
+        Document::Number(Number::NegInt(negative)) => json!(negative),
+        Document::Number(Number::Float(float)) => json!(float),
+        Document::String(text) => json!(text),
+        Document::Array(items) => Value::Array(items.iter().map(to_json).collect()),
+        Document::Object(object) => {
+            Value::Object(object.iter().map(|(key, value)| (key.clone(), to_json(value))).collect())
+        }
     }
 }
 
@@ -155,20 +244,68 @@ pub fn finish(reason: &StopReason) -> &'static str {
 }
 
 fn answer(output: &ConverseOutput) -> Answer {
-    let text = match output.output() {
-        Some(Output::Message(message)) => {
-            message.content().iter().filter_map(|block| block.as_text().ok()).map(String::as_str).collect()
-        }
-        _ => String::new(),
-    };
     let tokens = |count: i32| u64::try_from(count).ok();
-    Answer {
-        text,
+    let mut answer = Answer {
         finish_reason: finish(output.stop_reason()).to_owned(),
         input_tokens: output.usage().and_then(|usage| tokens(usage.input_tokens())),
         output_tokens: output.usage().and_then(|usage| tokens(usage.output_tokens())),
         ..Answer::default()
+    };
+    let blocks = match output.output() {
+        Some(Output::Message(message)) => message.content(),
+        _ => &[],
+    };
+    for block in blocks {
+        match block {
+            ContentBlock::Text(text) => answer.text.push_str(text),
+            ContentBlock::ToolUse(call) => answer.tool_calls.push(ToolCall {
+                id: call.tool_use_id().to_owned(),
+                name: call.name().to_owned(),
+                arguments: Some(to_json(call.input())).filter(Value::is_object).unwrap_or_else(|| json!({})),
+            }),
+            ContentBlock::ReasoningContent(ReasoningContentBlock::ReasoningText(reasoning)) => {
+                answer.reasoning.get_or_insert_with(String::new).push_str(reasoning.text());
+            }
+            _ => {}
+        }
     }
+    answer
+}
+
+/// The SDK's message of `(role, blocks)`.
+fn sdk_message(role: ConversationRole, blocks: Vec<Block>) -> Result<Message, BuildError> {
+    let mut message = Message::builder().role(role);
+    for block in blocks {
+        message = message.content(match block {
+            Block::Text(text) => ContentBlock::Text(text),
+            Block::ToolUse { id, name, input } => ContentBlock::ToolUse(
+                ToolUseBlock::builder().tool_use_id(id).name(name).input(to_document(&input)).build()?,
+            ),
+            Block::ToolResult { id, content } => ContentBlock::ToolResult(
+                ToolResultBlock::builder().tool_use_id(id).content(ToolResultContentBlock::Text(content)).build()?,
+            ),
+        });
+    }
+    message.build()
+}
+
+/// `toolConfig` of the turn's tools (`None` without tools).
+fn tool_config(tools: &[Value]) -> Result<Option<ToolConfiguration>, BuildError> {
+    if tools.is_empty() {
+        return Ok(None);
+    }
+    let mut config = ToolConfiguration::builder();
+    for tool in tools {
+        let text = |key: &str| tool.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let schema = tool.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}));
+        let mut spec =
+            ToolSpecification::builder().name(text("name")).input_schema(ToolInputSchema::Json(to_document(&schema)));
+        if !text("description").is_empty() {
+            spec = spec.description(text("description"));
+        }
+        config = config.tools(Tool::ToolSpec(spec.build()?));
+    }
+    config.build().map(Some)
 }
 
 /// The error of a Converse exception `error_type` (HTTP `status`, the service's `message`):
@@ -254,19 +391,19 @@ impl ModelBackend for BedrockBackend {
             )
             .with_details(json!({ "provider": id }))
         };
-        let mut messages = Vec::with_capacity(parts.messages.len());
-        for (role, blocks) in parts.messages {
-            let mut message = Message::builder().role(role);
-            for block in blocks {
-                message = message.content(ContentBlock::Text(block));
-            }
-            messages.push(message.build().map_err(|_| rejected("a message does not build"))?);
-        }
+        let messages = parts
+            .messages
+            .into_iter()
+            .map(|(role, blocks)| sdk_message(role, blocks))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| rejected("a message does not build"))?;
+        let tools = tool_config(&parts.tools).map_err(|_| rejected("a tool definition does not build"))?;
         let mut call = self
             .client(provider.region.as_deref())
             .converse()
             .model_id(invocation.turn.model)
-            .set_messages(Some(messages));
+            .set_messages(Some(messages))
+            .set_tool_config(tools);
         for text in parts.system {
             call = call.system(SystemContentBlock::Text(text));
         }
@@ -354,19 +491,62 @@ mod tests {
             json!({"role": "user", "content": "fix it"}),
         ];
         let schema = json!({"type": "object"});
-        let parts = request_of(&messages, Some(&schema), Some(64), Some(1.5));
+        let parts = request_of(&messages, &[], Some(&schema), Some(64), Some(1.5));
         assert_eq!(parts.system.len(), 2);
         assert_eq!(parts.system[0], "Be brief.");
         assert!(parts.system[1].contains(r#"{"type":"object"}"#), "{}", parts.system[1]);
+        let text = |text: &str| Block::Text(text.to_owned());
         assert_eq!(
             parts.messages,
             vec![
-                (ConversationRole::User, vec!["one".to_owned(), "two".to_owned()]),
-                (ConversationRole::Assistant, vec!["{}".to_owned()]),
-                (ConversationRole::User, vec!["fix it".to_owned()]),
+                (ConversationRole::User, vec![text("one"), text("two")]),
+                (ConversationRole::Assistant, vec![text("{}")]),
+                (ConversationRole::User, vec![text("fix it")]),
             ]
         );
         assert_eq!((parts.max_tokens, parts.temperature), (Some(64), Some(1.0)));
+    }
+
+    #[test]
+    fn tool_calls_and_results_become_tool_use_and_tool_result_blocks() {
+        let messages = vec![
+            json!({"role": "user", "content": "weather?"}),
+            json!({"role": "assistant", "content": "", "toolCalls": [
+                {"id": "t1", "name": "weather", "arguments": {"city": "Oslo", "days": 2}},
+                {"id": "t2", "name": "clock", "arguments": "not an object"}]}),
+            json!({"role": "tool", "toolCallId": "t1", "name": "weather", "content": "{\"c\": -3.5}"}),
+            json!({"role": "tool", "toolCallId": "t2", "name": "clock", "content": "12:00"}),
+        ];
+        let tools = [json!({"name": "weather", "description": "d", "inputSchema": {"type": "object"}})];
+        let parts = request_of(&messages, &tools, None, None, None);
+        assert_eq!(parts.tools.len(), 1);
+        assert_eq!(
+            parts.messages,
+            vec![
+                (ConversationRole::User, vec![Block::Text("weather?".to_owned())]),
+                (
+                    ConversationRole::Assistant,
+                    vec![
+                        Block::ToolUse {
+                            id: "t1".into(),
+                            name: "weather".into(),
+                            input: json!({"city": "Oslo", "days": 2})
+                        },
+                        Block::ToolUse { id: "t2".into(), name: "clock".into(), input: json!({}) },
+                    ]
+                ),
+                (
+                    ConversationRole::User,
+                    vec![
+                        Block::ToolResult { id: "t1".into(), content: "{\"c\": -3.5}".into() },
+                        Block::ToolResult { id: "t2".into(), content: "12:00".into() },
+                    ]
+                ),
+            ]
+        );
+        let value = json!({"a": [1, -2, 2.5, "x", true, null], "b": {}});
+        assert_eq!(to_json(&to_document(&value)), value);
+        assert!(tool_config(&tools).unwrap().is_some() && tool_config(&[]).unwrap().is_none());
     }
 
     #[test]

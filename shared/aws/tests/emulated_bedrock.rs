@@ -5,14 +5,18 @@
 //! model's prices; a throttled call is retried under the node's policy; an invalid structured
 //! answer gets one repair turn (sent as alternating Converse messages); a streamed node gets
 //! one final chunk batch; a `ValidationException` fails the node without a retry; discovery
-//! advertises the provider, never as BYOK. Without the emulators the suite is ignored.
+//! advertises the provider, never as BYOK; an agent's tool turns (the Converse client called
+//! directly) round-trip `toolUse`/`toolResult` blocks. Without the emulators the suite is
+//! ignored.
 
 mod support;
 
 use serde_json::{json, Value};
 use support::{require_emulators, stack_with, AwsDriver};
+use trellis_activities::ai::provider::{Invocation, Turn};
+use trellis_activities::ai::{parse_providers_for, Backend, ProviderConfig};
 use trellis_testkit::fake_bedrock::{BedrockReply, FakeBedrock};
-use trellis_testkit::fake_model::ModelReply;
+use trellis_testkit::fake_model::{ModelReply, ToolCallReply};
 use trellis_testkit::script::Runner;
 
 const MODEL: &str = "anthropic.claude-3-haiku-20240307-v1:0";
@@ -155,4 +159,58 @@ async fn call_prompt_runs_on_bedrock_through_converse() {
     assert_eq!(failed[0]["payload"]["error"]["code"], "provider_request_rejected", "{log:?}");
     assert!(of_type(&log, "node.retried").is_empty());
     assert_eq!(fake.requests().len(), 1);
+
+    tool_turns_round_trip(&fake).await;
+}
+
+fn turn<'a>(messages: &'a [Value], tools: &'a [Value]) -> Turn<'a> {
+    Turn { model: MODEL, messages, temperature: None, max_tokens: None, schema: None, tools }
+}
+
+fn invocation<'a>(provider: &'a ProviderConfig, turn: Turn<'a>) -> Invocation<'a> {
+    Invocation {
+        provider,
+        key: None,
+        turn,
+        stream: false,
+        idempotency_key: "idem",
+        request_key: "req",
+        attempt: 0,
+        deadline: std::time::Instant::now() + std::time::Duration::from_secs(10),
+    }
+}
+
+/// An agent's turns through the provider's Converse client: tools as `toolConfig`, the
+/// model's `toolUse` blocks read back as tool calls, the next turn's `toolResult` naming them.
+async fn tool_turns_round_trip(fake: &FakeBedrock) {
+    let document = parse_providers_for(&providers().to_string(), Backend::Aws).unwrap();
+    let providers = trellis_aws::bedrock::with_backend(document, &trellis_aws::app::sdk_config().await);
+    let provider = providers.get("br").unwrap();
+    let backend = provider.backend.clone().expect("the Converse client is attached");
+    let tools = [json!({"name": "weather", "description": "The weather of a city",
+                        "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}}})];
+    fake.clear_requests();
+    fake.script([
+        ModelReply::tool_calls([ToolCallReply::new("weather", json!({"city": "Oslo"}))]).reasoning("Need the weather."),
+        ModelReply::text("Cold in Oslo."),
+    ]);
+    let first = [json!({"role": "user", "content": "Weather in Oslo?"})];
+    let answer = backend.converse(&invocation(provider, turn(&first, &tools))).await.expect("a tool call");
+    assert_eq!(answer.finish_reason, "tool_calls");
+    assert_eq!(answer.reasoning.as_deref(), Some("Need the weather."));
+    assert_eq!(answer.tool_calls.len(), 1, "{answer:?}");
+    let call = &answer.tool_calls[0];
+    assert_eq!((call.name.as_str(), call.arguments.clone()), ("weather", json!({"city": "Oslo"})));
+    assert_eq!(fake.requests()[0].body["toolConfig"]["tools"][0]["toolSpec"]["name"], "weather");
+
+    let second = [
+        first[0].clone(),
+        json!({"role": "assistant", "content": "", "toolCalls": [call.to_value()]}),
+        json!({"role": "tool", "toolCallId": call.id, "name": "weather", "content": "-3 C"}),
+    ];
+    let answer = backend.converse(&invocation(provider, turn(&second, &tools))).await.expect("the final answer");
+    assert_eq!((answer.text.as_str(), answer.finish_reason.as_str()), ("Cold in Oslo.", "stop"));
+    let sent = &fake.requests()[1].body["messages"];
+    assert_eq!(sent[1]["content"][0]["toolUse"]["toolUseId"], json!(call.id), "{sent}");
+    assert_eq!(sent[2]["content"][0]["toolResult"]["toolUseId"], json!(call.id), "{sent}");
 }

@@ -4,7 +4,9 @@
 //! {inputTokens, outputTokens, totalTokens}, metrics}`. Point the AWS SDK at it with
 //! `AWS_ENDPOINT_URL_BEDROCK_RUNTIME=`[`FakeBedrock::endpoint_url`]. Nothing leaves loopback.
 //!
-//! Replies are the fake model provider's [`ModelReply`]s (text, usage, finish reason, delay;
+//! Replies are the fake model provider's [`ModelReply`]s (text, usage, finish reason, delay,
+//! tool calls as `toolUse` blocks with ids `tooluse_fake<serial>_<i>`, reasoning as a
+//! `reasoningContent` block;
 //! [`ModelReply::error`] becomes the Converse exception of its status, e.g. 429 →
 //! `ThrottlingException`), or a named exception ([`BedrockReply::exception`],
 //! [`BedrockReply::throttled`]), queued one per request ([`FakeBedrock::script`]). With the
@@ -17,8 +19,8 @@
 //! `UnknownOperationException`; a request without a SigV4 `Authorization`
 //! (`AWS4-HMAC-SHA256 Credential=…`), or carrying an API key (`x-api-key`, a bearer token), a
 //! 403 `UnrecognizedClientException`; a body without a non-empty `messages` array, or whose
-//! roles do not alternate starting with `user`, a 400 `ValidationException`. A reply the
-//! Converse fake does not speak (a disconnect, tool calls) closes the connection.
+//! roles do not alternate starting with `user`, or whose `toolResult` names no `toolUse` of the
+//! message before, a 400 `ValidationException`. A scripted disconnect closes the connection.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -30,7 +32,7 @@ use hyper::{Request, Response};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::fake_model::{Content, FinishReason, ModelReply, Usage};
+use crate::fake_model::{Content, FinishReason, ModelReply, ToolCallReply, Usage};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -132,6 +134,7 @@ fn blocks_text(blocks: &Value) -> String {
 struct State {
     queue: VecDeque<BedrockReply>,
     requests: Vec<ConverseRequest>,
+    served: u64,
 }
 
 /// The fake; stops (with every open connection) when dropped.
@@ -274,6 +277,20 @@ fn refusal(seen: &ConverseRequest) -> Option<BedrockReply> {
         let message = "A conversation must start with a user message and alternate user and assistant roles";
         return Some(BedrockReply::exception(400, "ValidationException", message));
     }
+    let block_ids = |message: &Value, kind: &str| -> Vec<String> {
+        let blocks = message.get("content").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        blocks
+            .iter()
+            .filter_map(|block| block.pointer(&format!("/{kind}/toolUseId"))?.as_str().map(str::to_owned))
+            .collect()
+    };
+    for (index, message) in messages.iter().enumerate() {
+        let used = if index == 0 { Vec::new() } else { block_ids(&messages[index - 1], "toolUse") };
+        if block_ids(message, "toolResult").iter().any(|id| !used.contains(id)) {
+            let message = "A toolResult block names no toolUse block of the previous message (fake bedrock)";
+            return Some(BedrockReply::exception(400, "ValidationException", message));
+        }
+    }
     None
 }
 
@@ -289,9 +306,25 @@ fn exception(status: u16, error_type: &str, message: &str) -> Response<Full<Byte
     response
 }
 
-fn converse_answer(text: &str, finish: &FinishReason, usage: Usage) -> Response<Full<Bytes>> {
+/// The answer's content blocks: reasoning, text (unless empty beside tool calls), tool uses.
+fn content(text: &str, reasoning: Option<&str>, calls: &[ToolCallReply], serial: u64) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    if let Some(reasoning) = reasoning {
+        blocks.push(json!({ "reasoningContent": { "reasoningText": { "text": reasoning } } }));
+    }
+    if !text.is_empty() || calls.is_empty() {
+        blocks.push(json!({ "text": text }));
+    }
+    for (index, call) in calls.iter().enumerate() {
+        let id = format!("tooluse_fake{serial}_{index}");
+        blocks.push(json!({ "toolUse": { "toolUseId": id, "name": call.name, "input": call.arguments } }));
+    }
+    blocks
+}
+
+fn converse_answer(blocks: Vec<Value>, finish: &FinishReason, usage: Usage) -> Response<Full<Bytes>> {
     let body = json!({
-        "output": { "message": { "role": "assistant", "content": [{ "text": text }] } },
+        "output": { "message": { "role": "assistant", "content": blocks } },
         "stopReason": stop_reason(finish),
         "usage": { "inputTokens": usage.input, "outputTokens": usage.output, "totalTokens": usage.input + usage.output },
         "metrics": { "latencyMs": 1 },
@@ -326,12 +359,15 @@ async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<
     let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let seen = ConverseRequest { model_id: model_id(&method, &path), method, path, headers, body };
-    let reply = {
+    let (reply, serial) = {
         let mut state = lock(&state);
         state.requests.push(seen.clone());
         match refusal(&seen) {
-            Some(refused) => refused,
-            None => state.queue.pop_front().unwrap_or_else(|| BedrockReply::Model(ModelReply::echo())),
+            Some(refused) => (refused, state.served),
+            None => {
+                state.served += 1;
+                (state.queue.pop_front().unwrap_or_else(|| BedrockReply::Model(ModelReply::echo())), state.served)
+            }
         }
     };
     let reply = match reply {
@@ -359,7 +395,8 @@ async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<
         _ => return Err(Dropped),
     };
     let usage = reply.usage.unwrap_or_else(|| Usage { input: input(), output: words(&text) });
-    Ok(converse_answer(&text, &reply.finish, usage))
+    let blocks = content(&text, reply.reasoning.as_deref(), &reply.tool_calls, serial);
+    Ok(converse_answer(blocks, &reply.finish, usage))
 }
 
 #[cfg(test)]

@@ -155,8 +155,8 @@ pub struct ModelReply {
     pub(crate) delay: Duration,
     token_delay: Duration,
     drop_after: Option<usize>,
-    tool_calls: Vec<ToolCallReply>,
-    reasoning: Option<String>,
+    pub(crate) tool_calls: Vec<ToolCallReply>,
+    pub(crate) reasoning: Option<String>,
 }
 
 impl ModelReply {
