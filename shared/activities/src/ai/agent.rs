@@ -335,3 +335,7 @@ fn turn_outputs(
     }
     turn
 }
+
+#[cfg(test)]
+#[path = "agent_tests.rs"]
+mod tests;

@@ -40,9 +40,9 @@ fn messages(turn: &Turn<'_>) -> Vec<Value> {
                 });
                 let merged = messages.last_mut().filter(|last| {
                     last["role"] == "user"
-                        && last["content"].as_array().is_some_and(|blocks| {
-                            blocks.iter().all(|block| block["type"] == "tool_result")
-                        })
+                        && last["content"]
+                            .as_array()
+                            .is_some_and(|blocks| blocks.iter().all(|block| block["type"] == "tool_result"))
                 });
                 match merged.and_then(|last| last["content"].as_array_mut()) {
                     Some(blocks) => blocks.push(block),
@@ -113,7 +113,9 @@ pub fn parse(body: &Value) -> Result<Answer, String> {
         .filter(|block| block.get("type").and_then(Value::as_str) == Some("text"))
         .filter_map(|block| block.get("text").and_then(Value::as_str))
         .collect();
-    let of_type = |kind: &'static str| content.iter().filter(move |block| block.get("type").and_then(Value::as_str) == Some(kind));
+    let of_type = |kind: &'static str| {
+        content.iter().filter(move |block| block.get("type").and_then(Value::as_str) == Some(kind))
+    };
     let tool_calls = of_type("tool_use")
         .map(|block| ToolCall {
             id: block.get("id").and_then(Value::as_str).unwrap_or_default().to_owned(),
@@ -121,7 +123,8 @@ pub fn parse(body: &Value) -> Result<Answer, String> {
             arguments: block.get("input").cloned().unwrap_or_else(|| json!({})),
         })
         .collect();
-    let thinking: Vec<&str> = of_type("thinking").filter_map(|block| block.get("thinking").and_then(Value::as_str)).collect();
+    let thinking: Vec<&str> =
+        of_type("thinking").filter_map(|block| block.get("thinking").and_then(Value::as_str)).collect();
     Ok(Answer {
         text,
         finish_reason: finish(body.get("stop_reason").and_then(Value::as_str).unwrap_or("end_turn")),
@@ -176,4 +179,56 @@ pub fn on_event(event: Option<&str>, data: &str, state: &mut StreamState) -> Res
         _ => {}
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tools_tool_use_and_merged_tool_results_go_in_the_messages_shape() {
+        let tools = [json!({ "name": "lookup", "description": "Looks up.", "inputSchema": { "type": "object" } })];
+        let calls = json!([{ "id": "t1", "name": "lookup", "arguments": { "q": 1 } },
+                           { "id": "t2", "name": "lookup", "arguments": { "q": 2 } }]);
+        let messages = [
+            json!({ "role": "system", "content": "Be brief." }),
+            json!({ "role": "user", "content": "hi" }),
+            json!({ "role": "assistant", "content": "Let me look.", "toolCalls": calls }),
+            json!({ "role": "tool", "toolCallId": "t1", "name": "lookup", "content": "1" }),
+            json!({ "role": "tool", "toolCallId": "t2", "name": "lookup", "content": "2" }),
+        ];
+        let turn =
+            Turn { model: "m", messages: &messages, temperature: None, max_tokens: None, schema: None, tools: &tools };
+        let body = body(&turn, false);
+        assert_eq!(body["system"], "Be brief.");
+        assert_eq!(
+            body["tools"][0],
+            json!({ "name": "lookup", "description": "Looks up.", "input_schema": { "type": "object" } })
+        );
+        let sent = body["messages"].as_array().unwrap();
+        assert_eq!(sent.len(), 3, "user, assistant, one user message of both results: {body}");
+        assert_eq!(sent[1]["content"][0], json!({ "type": "text", "text": "Let me look." }));
+        assert_eq!(
+            sent[1]["content"][2],
+            json!({ "type": "tool_use", "id": "t2", "name": "lookup", "input": { "q": 2 } })
+        );
+        assert_eq!(sent[2]["role"], "user");
+        assert_eq!(sent[2]["content"][1], json!({ "type": "tool_result", "tool_use_id": "t2", "content": "2" }));
+    }
+
+    #[test]
+    fn tool_use_and_thinking_blocks_are_read_back() {
+        let answer = parse(
+            &json!({ "model": "m", "stop_reason": "tool_use", "usage": { "input_tokens": 3, "output_tokens": 2 },
+            "content": [{ "type": "thinking", "thinking": "Look it up." }, { "type": "text", "text": "Checking." },
+                        { "type": "tool_use", "id": "t1", "name": "lookup", "input": { "q": 1 } }] }),
+        )
+        .unwrap();
+        assert_eq!((answer.finish_reason.as_str(), answer.text.as_str()), ("tool_calls", "Checking."));
+        assert_eq!(answer.reasoning.as_deref(), Some("Look it up."));
+        assert_eq!(
+            answer.tool_calls,
+            vec![ToolCall { id: "t1".into(), name: "lookup".into(), arguments: json!({ "q": 1 }) }]
+        );
+    }
 }

@@ -151,3 +151,51 @@ pub fn on_event(data: &str, state: &mut StreamState) -> Result<bool, String> {
     }
     Ok(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tools_tool_calls_and_tool_results_go_in_the_chat_completions_shape() {
+        let tools = [json!({ "name": "lookup", "description": "Looks up.", "inputSchema": { "type": "object" } })];
+        let messages = [
+            json!({ "role": "user", "content": "hi" }),
+            json!({ "role": "assistant", "content": "", "toolCalls": [{ "id": "c1", "name": "lookup", "arguments": { "q": 1 } }] }),
+            json!({ "role": "tool", "toolCallId": "c1", "name": "lookup", "content": "{\"hits\":3}" }),
+        ];
+        let turn =
+            Turn { model: "m", messages: &messages, temperature: None, max_tokens: None, schema: None, tools: &tools };
+        let body = body(&turn, false);
+        assert_eq!(
+            body["tools"][0],
+            json!({ "type": "function", "function": { "name": "lookup", "description": "Looks up.", "parameters": { "type": "object" } } })
+        );
+        assert_eq!(body["messages"][0], messages[0]);
+        let call = &body["messages"][1];
+        assert_eq!(
+            (call["content"].clone(), call["tool_calls"][0]["function"]["arguments"].clone()),
+            (Value::Null, json!("{\"q\":1}"))
+        );
+        assert_eq!(body["messages"][2], json!({ "role": "tool", "tool_call_id": "c1", "content": "{\"hits\":3}" }));
+        let plain = Turn { tools: &[], ..turn };
+        assert!(super::body(&plain, false).get("tools").is_none(), "no tools: no `tools`");
+    }
+
+    #[test]
+    fn an_answer_with_tool_calls_and_reasoning_is_read_back() {
+        let answer = parse(&json!({ "model": "m", "choices": [{ "finish_reason": "tool_calls", "message": {
+            "content": null, "reasoning_content": "Look it up first.",
+            "tool_calls": [{ "id": "c1", "type": "function", "function": { "name": "lookup", "arguments": "{\"q\":1}" } },
+                           { "id": "c2", "type": "function", "function": { "name": "other", "arguments": "not json" } }] } }] }))
+        .unwrap();
+        assert_eq!(answer.finish_reason, "tool_calls");
+        assert_eq!(answer.reasoning.as_deref(), Some("Look it up first."));
+        assert_eq!(
+            answer.tool_calls[0],
+            ToolCall { id: "c1".into(), name: "lookup".into(), arguments: json!({ "q": 1 }) }
+        );
+        assert_eq!(answer.tool_calls[1].arguments, json!({}), "unparsable arguments are an empty object");
+        assert!(parse(&json!({ "choices": [{ "message": { "content": "hi" } }] })).unwrap().tool_calls.is_empty());
+    }
+}

@@ -153,8 +153,8 @@ impl Setup {
             ids: Arc::new(CountingIds::default()),
             notifier,
         };
-        // The embedded host's registry: core.http.request and core.ai.callPrompt (with no
-        // provider) registered; these tests never call out (the client's default policy
+        // The embedded host's registry: core.http.request, core.ai.callPrompt (with no
+        // provider) and vendor.trellis.agent registered; these tests never call out (the client's default policy
         // refuses every private destination anyway).
         let http = trellis_activities::http::HttpClient::system(Default::default());
         let ai = trellis_activities::ai::CallPromptActivity::new(
@@ -163,9 +163,14 @@ impl Setup {
             None,
             self.test_seams,
         );
+        let agent = trellis_activities::ai::agent::AgentActivity::new(
+            ai.clone(),
+            trellis_activities::http::HttpRequestActivity::new(http.clone()),
+        );
         let nodes = trellis_core::nodes::NodeRegistry::new()
             .register(Arc::new(trellis_activities::http::HttpRequestActivity::new(http)))
-            .register(Arc::new(ai));
+            .register(Arc::new(ai))
+            .register(Arc::new(agent));
         let services =
             Arc::new(Services::new(ports, HostLimits::default()).with_test_seams(self.test_seams).with_nodes(nodes));
         for id in self.workflows {
