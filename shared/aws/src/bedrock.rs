@@ -451,7 +451,7 @@ mod tests {
     fn converse_exceptions_map_to_the_http_kinds_codes() {
         let throttled = service_error("br", 429, Some("ThrottlingException"), Some("Too many requests"));
         assert_eq!(code(&throttled), ("provider_quota_exhausted", true));
-        let details = throttled.details.clone().unwrap();
+        let details = throttled.details.unwrap();
         assert_eq!(
             (details["retryAfterMs"].clone(), details["errorType"].clone()),
             (json!(1000), json!("ThrottlingException"))
