@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use trellis_activities::ai::agent::AgentActivity;
 use trellis_activities::ai::CallPromptActivity;
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{HttpClient, HttpRequestActivity};
@@ -76,10 +77,12 @@ pub fn node_registry_of(
 ) -> NodeRegistry {
     let http = HttpClient::system(settings.http.clone());
     let ai = CallPromptActivity::new(http.clone(), providers, secrets.clone(), settings.test_seams);
+    let agent = AgentActivity::new(ai.clone(), HttpRequestActivity::new(http.clone()));
     let nodes = NodeRegistry::new()
         .register(Arc::new(HttpRequestActivity::new(http).with_secrets(secrets.clone())))
         .with_supervisor_model(Arc::new(trellis_activities::ai::supervisor::SupervisorModelActivity::new(&ai)))
-        .register(Arc::new(ai));
+        .register(Arc::new(ai))
+        .register(Arc::new(agent));
     if settings.test_seams {
         nodes.register(Arc::new(SecretEchoActivity::new(secrets)))
     } else {
