@@ -297,7 +297,10 @@ fn parse_provider(item: &Value, at: &str, backend: Backend) -> Result<ProviderCo
         "anthropic" => ProviderKind::Anthropic,
         "bedrock" if backend == Backend::Aws => ProviderKind::Bedrock,
         "bedrock" => return Err(error(format!("{at}.kind"), "bedrock providers need the AWS backend")),
-        _ => return Err(error(format!("{at}.kind"), "must be \"openai\", \"anthropic\" or \"bedrock\"")),
+        _ if backend == Backend::Aws => {
+            return Err(error(format!("{at}.kind"), "must be \"openai\", \"anthropic\" or \"bedrock\""))
+        }
+        _ => return Err(error(format!("{at}.kind"), "must be \"openai\" or \"anthropic\"")),
     };
     if kind == ProviderKind::Bedrock {
         return parse_bedrock(object, at, id);
