@@ -3,7 +3,7 @@
 //! the one repair turn, and a second invalid answer failing with `response_schema_invalid`.
 
 use serde_json::{json, Map, Value};
-use trellis_core::activity::{Activity, ActivityCall, NoProgress};
+use trellis_core::activity::{Activity, ActivityCall, NoProgress, Progress, ProgressSink};
 use trellis_core::nodes::NodeContext;
 use trellis_core::orchestrator::model::CONTEXT_INPUT;
 use trellis_testkit::fake_model::{FakeModel, ModelReply};
@@ -114,4 +114,33 @@ async fn a_second_invalid_answer_fails_with_response_schema_invalid() {
     assert_eq!(error.code, "response_schema_invalid");
     assert_eq!(error.details.unwrap()["repairTurns"], 1);
     assert_eq!(model.request_count(), 2);
+}
+
+#[tokio::test]
+async fn a_streamed_tick_reports_chunks_and_usage_and_still_decides() {
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<Progress>>);
+    #[async_trait::async_trait]
+    impl ProgressSink for Recorder {
+        async fn report(&self, progress: Progress) -> bool {
+            self.0.lock().unwrap().push(progress);
+            true
+        }
+    }
+    let model = FakeModel::start().await;
+    let text = dispatch("researcher").to_string();
+    let tokens: Vec<String> = text.as_bytes().chunks(8).map(|c| String::from_utf8(c.to_vec()).unwrap()).collect();
+    model.push(ModelReply::tokens(tokens).usage(30, 12));
+    let node = supervisor(&model);
+    let mut streamed = config();
+    streamed.insert("stream".into(), json!(true));
+    let recorder = Recorder::default();
+    let outputs = node.execute(&call(&node, &streamed), &recorder).await.unwrap();
+    assert_eq!(outputs["data"], dispatch("researcher"));
+    let reports = recorder.0.lock().unwrap().clone();
+    assert!(reports.iter().any(|r| matches!(r, Progress::Chunk { .. })), "streamed chunks");
+    let usage: Vec<_> =
+        reports.iter().filter_map(|r| if let Progress::Usage(u) = r { Some(u) } else { None }).collect();
+    assert_eq!((usage.len(), usage[0].input_tokens, usage[0].output_tokens), (1, 30, 12));
+    assert!(model.last_request().unwrap().stream());
 }

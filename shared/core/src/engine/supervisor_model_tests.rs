@@ -194,3 +194,26 @@ fn a_routed_supervisor_on_a_host_without_the_model_source_fails_plainly() {
     let failed = tick.events.iter().find(|e| e.event_type == "node.failed").unwrap();
     assert_eq!(failed.payload["error"]["code"], "decision_source_unavailable");
 }
+
+#[test]
+fn an_ask_user_answer_reaches_the_next_tick() {
+    let wf = looped(&model_registry(), supervisor_config(json!({})));
+    let mut state = started(&wf);
+    step(&wf, &mut state, "sup");
+    answer(&wf, &mut state, json!({"decision": {"kind": "ask-user", "prompt": "which sky?"}}));
+    step(&wf, &mut state, "dispatch");
+    assert_eq!(state.status, RunStatus::WaitingInput);
+    let resolution = Resolution {
+        node_id: "dispatch".into(),
+        interrupt_id: None,
+        value: json!({"answers": {"answer": "the evening sky"}}),
+        resolver: Resolver::Principal("ops".into()),
+        prior_vote: None,
+    };
+    apply(&wf, &mut state, Input::Resolve(resolution), 3);
+    step(&wf, &mut state, "sup");
+    let request = &state.nodes["sup"].activity.as_ref().unwrap().request;
+    let context = &request["inputs"]["trellis.orchestration"];
+    assert_eq!(context["userAnswer"], "the evening sky");
+    assert_eq!(context["history"][0]["decision"], json!({"kind": "ask-user", "prompt": "which sky?"}));
+}
