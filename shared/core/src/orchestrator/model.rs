@@ -105,6 +105,7 @@ impl ModelConfig {
             }
         }
         let goal = text(config, "goal")?.ok_or("a model-backed supervisor needs a `goal`")?;
+        check_call_params(config)?;
         let instructions = text(config, "instructions")?;
         let mut success_criteria = Vec::new();
         for (index, item) in config.get("successCriteria").and_then(Value::as_array).into_iter().flatten().enumerate() {
@@ -142,6 +143,25 @@ impl ModelConfig {
         }
         Ok(Self { provider, model, goal, instructions, success_criteria, workers })
     }
+}
+
+/// The call parameters, as `core.ai.callPrompt` checks them: `temperature` 0..=2,
+/// `maxTokens` ≥ 1, `stream` a boolean, `timeoutMs` 1..=600000.
+fn check_call_params(config: &Map<String, Value>) -> Result<(), String> {
+    let present = |key: &str| config.get(key).filter(|v| !v.is_null());
+    if present("temperature").is_some_and(|t| !t.as_f64().is_some_and(|t| (0.0..=2.0).contains(&t))) {
+        return Err("`temperature` must be a number from 0 to 2".into());
+    }
+    if present("maxTokens").is_some_and(|n| !n.as_u64().is_some_and(|n| n >= 1)) {
+        return Err("`maxTokens` must be an integer of at least 1".into());
+    }
+    if present("stream").is_some_and(|b| !b.is_boolean()) {
+        return Err("`stream` must be a boolean".into());
+    }
+    if present("timeoutMs").is_some_and(|ms| !ms.as_u64().is_some_and(|ms| (1..=600_000).contains(&ms))) {
+        return Err("`timeoutMs` must be an integer from 1 to 600000".into());
+    }
+    Ok(())
 }
 
 fn nullable(schema: Value) -> Value {

@@ -27,6 +27,10 @@ fn a_route_names_provider_and_model_and_plans_win_over_it() {
         json!({"route": "p/m", "goal": "g", "surprise": 1}),
         json!({"route": "p/m", "goal": "g", "workers": [""]}),
         json!({"route": "p/m", "goal": "g", "successCriteria": [{"key": "k"}, {"key": "k"}]}),
+        json!({"route": "p/m", "goal": "g", "temperature": 3}),
+        json!({"route": "p/m", "goal": "g", "maxTokens": 0}),
+        json!({"route": "p/m", "goal": "g", "stream": "yes"}),
+        json!({"route": "p/m", "goal": "g", "timeoutMs": 0}),
     ] {
         assert!(ModelConfig::parse(bad.as_object().unwrap()).is_err(), "{bad}");
     }
