@@ -24,7 +24,8 @@
 //! Other endings: an answer that still asks for tools after `maxTurns` turns fails the node
 //! with `agent_max_turns` (`details: {maxTurns, turns, toolCalls}`, a failure route can take
 //! it); a budget exhaustion ends it as every budget does (`cap.breached` + `run.failed
-//! {budget_exhausted}`, or the approval gate under `onExhaustion: interrupt`).
+//! {budget_exhausted}`, or the approval gate under `onExhaustion: interrupt`). An immediate
+//! pause holds the next step as a due retry timer (issued on `:resume`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -319,6 +320,15 @@ impl Transition<'_> {
             return;
         }
         let due_at = self.now;
+        if self.state.status == RunStatus::Paused && !self.drains_current_node() {
+            // An immediate pause holds the loop: the step waits as a due retry timer does, and
+            // `:resume` issues it.
+            let node = self.node_mut(node_id);
+            node.status = NodeStatus::Retrying;
+            node.wake_at = Some(due_at);
+            self.effects.push(Effect::Retry { node_id: node_id.to_owned(), activation, attempt, due_at });
+            return;
+        }
         self.effects.push(Effect::Execute { node_id: node_id.to_owned(), activation, attempt, due_at });
     }
 

@@ -317,3 +317,26 @@ fn a_failed_model_turn_is_retried_within_its_own_step_then_the_loop_goes_on() {
     assert_eq!(requests[3]["step"]["kind"], "model");
     assert_eq!(state.status, RunStatus::Completed);
 }
+
+#[test]
+fn an_immediate_pause_holds_the_next_step_until_resume() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 1_000);
+    apply(&wf, &mut state, Input::Step { node_id: "agent".into(), activation: 1 }, 1_000);
+    let pause = Input::Pause { reason: None, drain_policy: crate::run::DrainPolicy::Immediate };
+    assert_eq!(apply(&wf, &mut state, pause, 1_005).verdict, Verdict::Applied);
+    let result = turn("", json!([call("p", "lookup", json!({}))]));
+    let finished = Input::ActivityFinished { node_id: "agent".into(), activation: 1, attempt: 0, result };
+    let outcome = apply(&wf, &mut state, finished, 1_010);
+    assert!(!outcome.effects.iter().any(|effect| matches!(effect, Effect::Execute { .. })), "{:?}", outcome.effects);
+    assert!(outcome.effects.iter().any(|effect| matches!(effect, Effect::Retry { attempt: 1, .. })));
+    let held = Input::RetryDue { node_id: "agent".into(), activation: 1, attempt: 1 };
+    assert_ne!(apply(&wf, &mut state, held.clone(), 1_020).verdict, Verdict::Applied, "held while paused");
+    let resumed = apply(&wf, &mut state, Input::Resume { reason: None }, 1_030);
+    assert!(resumed.effects.iter().any(|effect| matches!(effect, Effect::Retry { attempt: 1, .. })));
+    let outcome = apply(&wf, &mut state, held, 1_040);
+    assert!(outcome.effects.iter().any(|effect| matches!(effect, Effect::Execute { attempt: 1, .. })));
+    let call = activity_call(&wf, &state, "agent", 1, 1, 1_040).expect("the held step goes out");
+    assert_eq!(call.request["step"]["kind"], "http");
+}
