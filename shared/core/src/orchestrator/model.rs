@@ -152,7 +152,7 @@ fn check_call_params(config: &Map<String, Value>) -> Result<(), String> {
     if present("temperature").is_some_and(|t| !t.as_f64().is_some_and(|t| (0.0..=2.0).contains(&t))) {
         return Err("`temperature` must be a number from 0 to 2".into());
     }
-    if present("maxTokens").is_some_and(|n| !n.as_u64().is_some_and(|n| n >= 1)) {
+    if present("maxTokens").is_some_and(|n| n.as_u64().is_none_or(|n| n < 1)) {
         return Err("`maxTokens` must be an integer of at least 1".into());
     }
     if present("stream").is_some_and(|b| !b.is_boolean()) {
