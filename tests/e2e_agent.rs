@@ -4,7 +4,8 @@
 //! completes the node — events in the documented order; `maxTurns` ends the loop with
 //! `agent_max_turns`; `budget.maxToolCalls` breaches with `cap.breached`; registration
 //! refuses a bad tool naming its field; the two example workflows run to their documented
-//! outcome; and a workflow tool survives a kill -9 of the real binary while its child waits.
+//! outcome; the providers' key appears in no event, snapshot or debug bundle; and a workflow
+//! tool survives a kill -9 of the real binary while its child waits.
 
 mod common;
 
@@ -24,18 +25,31 @@ fn write_file(dir: &Path, name: &str, document: &Value) -> PathBuf {
     let path = dir.join(name);
     let mut file = std::fs::File::create(&path).unwrap();
     file.write_all(document.to_string().as_bytes()).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     path
 }
 
-/// A host whose providers `oa` (OpenAI, the default) and `an` (Anthropic) point at `model`.
+/// The providers' key, held in the host's secrets file: it must appear nowhere a run shows.
+const CANARY: &str = "sk-test-CANARY-e2e-agent-9a8b7c6d";
+
+/// A host whose providers `oa` (OpenAI, the default) and `an` (Anthropic) point at `model`
+/// (which requires their key, [`CANARY`]).
 async fn host_with(model: &FakeModel, dir: &Path) -> (EmbeddedHost, Client) {
+    model.require_key(CANARY);
     let mut args = serve_args(None);
+    args.secrets_file = Some(write_file(dir, "secrets.json", &json!({"secrets": {"model-key": CANARY}})));
     args.ai.providers_file = Some(write_file(
         dir,
         "providers.json",
         &json!([
-            {"id": "oa", "kind": "openai", "baseUrl": model.openai_base_url(), "models": ["gpt-test"], "default": true},
-            {"id": "an", "kind": "anthropic", "baseUrl": model.anthropic_base_url(), "models": ["claude-test"]}
+            {"id": "oa", "kind": "openai", "baseUrl": model.openai_base_url(), "credentialsRef": "model-key",
+             "models": ["gpt-test"], "default": true},
+            {"id": "an", "kind": "anthropic", "baseUrl": model.anthropic_base_url(), "credentialsRef": "model-key",
+             "models": ["claude-test"]}
         ]),
     ));
     let host = start(args).await;
@@ -172,7 +186,11 @@ async fn an_agent_calls_an_http_tool_and_a_workflow_tool_then_answers_with_both_
         assert!(requests.iter().all(|request| !request.stream()), "tool turns are not streamed");
         let child = of_type(&events, "node.dispatched")[0]["payload"]["childRunId"].as_str().unwrap().to_owned();
         assert_eq!(client.snapshot(&child).await["status"], "completed");
-        assert!(!run_id.is_empty());
+        assert!(!Value::Array(events.clone()).to_string().contains("CANARY"), "the events carry the key");
+        assert!(!client.snapshot(&run_id).await.to_string().contains("CANARY"), "the snapshot carries the key");
+        let (status, bundle) = client.request("GET", &format!("/v1/runs/{run_id}/debug-bundle"), None).await;
+        assert_eq!(status, 200, "{bundle}");
+        assert!(!bundle.to_string().contains("CANARY"), "the debug bundle carries the key");
     }
     assert_eq!(server.requests().len(), 2, "one GET per run");
     assert_eq!(server.requests()[0].target, "/orders/42");
