@@ -332,7 +332,9 @@ async fn a_workflow_tool_survives_a_kill_of_the_host_mid_tool() {
     let gate = json!({"id": "gate", "typeId": "core.approvalGate",
                       "config": {"title": "Escalation", "actions": ["accept", "reject"]}});
     register(&client, json!({"id": "escalation", "name": "escalation", "nodes": [gate], "edges": []})).await;
-    let tools = json!([{"name": "escalate", "description": "Ask a human.", "inputSchema": {"type": "object", "additionalProperties": false},
+    let schema = json!({"type": "object", "additionalProperties": false,
+                        "properties": {"ticket": {"type": "integer"}}, "required": ["ticket"]});
+    let tools = json!([{"name": "escalate", "description": "Ask a human.", "inputSchema": schema,
                         "workflowId": "escalation"}]);
     register(&client, agent("durable", json!({"instructions": "Escalate.", "tools": tools}))).await;
     let run_id = client.create(json!({"workflowId": "durable"})).await;

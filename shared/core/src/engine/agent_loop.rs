@@ -14,7 +14,8 @@
 //!    attempt (`step.kind: "http"`) and a workflow tool a child run the node waits for
 //!    (`WaitingChild`, durable across restarts); its result (or error) is
 //!    `agent.toolReturned` (caused by the call's event) and a `tool` message of the
-//!    transcript. A tool the config does not name returns the error `unknown_tool`;
+//!    transcript. A tool the config does not name returns the error `unknown_tool`, and
+//!    arguments its `inputSchema` refuses the error `invalid_arguments` (the call is not made);
 //! 3. the next model turn — until an answer has no tool calls: `agent.decided {agentId,
 //!    decision, confidence?}` (the decision is the structured `data` when the node has a
 //!    `responseSchema`, else the text; the confidence is `data.confidence`), the CP-1
@@ -287,6 +288,16 @@ impl Transition<'_> {
         // `budget.maxToolCalls`: an exhaustion under `onExhaustion: fail` failed the run.
         if !self.budget_tool_called(node_id) {
             return;
+        }
+        if let Some(Err(violations)) =
+            tool.as_ref().map(|tool| crate::schema::check_against(&tool.input_schema, &arguments))
+        {
+            let error = json!({
+                "code": "invalid_arguments",
+                "message": format!("the arguments do not match the inputSchema of tool `{name}`"),
+                "details": { "violations": violations.into_iter().take(10).collect::<Vec<_>>() },
+            });
+            return self.tool_returned(node_id, config, agent_id, Err(error));
         }
         match tool.map(|tool| tool.transport) {
             None => {

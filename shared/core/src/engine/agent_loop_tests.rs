@@ -340,3 +340,28 @@ fn an_immediate_pause_holds_the_next_step_until_resume() {
     let call = activity_call(&wf, &state, "agent", 1, 1, 1_040).expect("the held step goes out");
     assert_eq!(call.request["step"]["kind"], "http");
 }
+
+#[test]
+fn arguments_the_input_schema_refuses_return_invalid_arguments_without_a_call() {
+    let mut config = json!({});
+    config["instructions"] = json!("x");
+    let strict = json!({ "type": "object", "additionalProperties": false,
+                         "properties": { "q": { "type": "string" } }, "required": ["q"] });
+    config["tools"] = json!([{ "name": "lookup", "description": "d", "inputSchema": strict,
+                              "http": { "url": "http://127.0.0.1:9/lookup" } }]);
+    let node = json!({ "id": "agent", "typeId": TYPE_ID, "config": config });
+    let document = json!({ "id": "w", "name": "w", "nodes": [node], "edges": [] });
+    let registry = NodeRegistry::new().register(std::sync::Arc::new(StubAgent));
+    let wf =
+        Workflow::compile_with(document, &registry, Bounds { max_attempt_ms: 60_000, ..Bounds::default() }).unwrap();
+    let mut state = pending(&wf, json!({}));
+    let script = vec![
+        Answer::Step(turn("", json!([call("p", "lookup", json!({ "q": 5 }))]))),
+        Answer::Step(turn("gave up", json!([]))),
+    ];
+    let (log, requests) = run(&wf, &mut state, script);
+    let returned = event(&log, "agent.toolReturned");
+    assert_eq!(returned.payload["error"]["code"], "invalid_arguments", "{}", returned.payload);
+    assert!(requests.iter().all(|request| request["step"]["kind"] == "model"), "no HTTP step went out");
+    assert_eq!(state.status, RunStatus::Completed);
+}
