@@ -7,7 +7,8 @@
 //! 1. a model turn (`step.kind: "model"`, the activity calls the provider with the tool
 //!    definitions and the transcript, `request.messages`); its usage goes through the usual
 //!    `provider.usage` / budget rows, its failures through the node's retry policy (counted
-//!    per step). `agent.reasoned` when the answer carries reasoning text;
+//!    per step). `agent.reasoned` when the answer carries reasoning text (cut to discovery's
+//!    `agents.reasoning.tokenLimit` words);
 //! 2. per tool call of the answer, in order: `agent.toolCalled` (host-minted `callId`,
 //!    `transport` `http` or — for a workflow tool — `native` with `toolTransport:
 //!    "workflow"`), counted by `budget.maxToolCalls`; then an HTTP tool is an activity
@@ -38,6 +39,7 @@ use crate::event::types;
 use crate::interrupt::request::InterruptRequest;
 use crate::interrupt::InterruptKind;
 use crate::nodes::agent::{self, AgentConfig, ToolTransport};
+use crate::nodes::mock_agent::REASONING_TOKEN_LIMIT;
 use crate::run::{NodeStatus, RunError, RunState, RunStatus};
 
 /// The loop's state, kept at `request.loop`.
@@ -151,6 +153,13 @@ impl Transition<'_> {
         let mut state = read_loop(&request);
         state.turns += 1;
         if let Some(reasoning) = outputs.get("reasoning").and_then(Value::as_str).filter(|text| !text.is_empty()) {
+            // Discovery's `agents.reasoning`: summaries of at most `tokenLimit` tokens, counted
+            // as whitespace-separated words (a token is never longer than one).
+            let words: Vec<&str> = reasoning.split_whitespace().collect();
+            let reasoning = match words.get(..REASONING_TOKEN_LIMIT).filter(|_| words.len() > REASONING_TOKEN_LIMIT) {
+                Some(kept) => kept.join(" "),
+                None => reasoning.to_owned(),
+            };
             let payload = json!({ "agentId": agent_id, "reasoning": reasoning, "verbosity": "summary" });
             self.emit(types::AGENT_REASONED, Some(node_id), payload);
         }

@@ -284,6 +284,11 @@ fn reasoning_is_reasoned_and_a_low_confidence_decision_suspends_until_accepted()
                                   "toolCalls": [], "reasoning": "It mentions money." }));
     let (log, _) = run(&wf, &mut state, vec![Answer::Step(answer)]);
     assert_eq!(event(&log, "agent.reasoned").payload["reasoning"], "It mentions money.");
+    let long = success(json!({ "text": "ok", "toolCalls": [], "reasoning": "word ".repeat(600) }));
+    let mut other = pending(&wf, json!({}));
+    let (long_log, _) = run(&wf, &mut other, vec![Answer::Step(long)]);
+    let kept = event(&long_log, "agent.reasoned").payload["reasoning"].as_str().unwrap().split_whitespace().count();
+    assert_eq!(kept, 512, "cut to discovery's tokenLimit");
     assert_eq!(event(&log, "agent.decided").payload["confidence"], 0.4);
     assert_eq!(event(&log, "node.suspended").payload["reason"], "low-confidence");
     assert_eq!(state.status, RunStatus::WaitingApproval);
