@@ -13,8 +13,9 @@
 //! - the endpoint: the SDK's for the provider's `region` (default: the host's);
 //!   `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` overrides it (how the tests reach the testkit's fake);
 //! - the answer: text blocks joined, `stopReason` → `finishReason`, `usage` → token counts;
-//!   Converse is not streamed, so a streaming node gets its answer as one final chunk batch
-//!   (`ConverseStream`'s binary event stream stays unexercised offline);
+//!   a streaming node without tools calls `ConverseStream` instead, its text deltas batched
+//!   into `output.chunk` reports like an HTTP stream's (with tools: Converse, one final
+//!   batch);
 //! - errors ([`service_error`]): the same stable codes and retry classes as the HTTP kinds
 //!   (`ThrottlingException` → `provider_quota_exhausted`, retryable, `retryAfterMs` at
 //!   least [`THROTTLE_RETRY_AFTER_MS`]; `ModelNotReadyException`, `ServiceUnavailable`,
@@ -32,22 +33,21 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_trait::async_trait;
 use aws_sdk_bedrockruntime::config::http::HttpResponse;
 use aws_sdk_bedrockruntime::error::BuildError;
 use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_bedrockruntime::operation::converse::{ConverseError, ConverseOutput};
+use aws_sdk_bedrockruntime::operation::converse::ConverseOutput;
 use aws_sdk_bedrockruntime::types::{
-    ContentBlock, ConversationRole, ConverseOutput as Output, InferenceConfiguration, Message, ReasoningContentBlock,
-    StopReason, SystemContentBlock, Tool, ToolConfiguration, ToolInputSchema, ToolResultBlock, ToolResultContentBlock,
-    ToolSpecification, ToolUseBlock,
+    ContentBlock, ContentBlockDelta, ConversationRole, ConverseOutput as Output, ConverseStreamOutput as StreamEvent,
+    InferenceConfiguration, Message, ReasoningContentBlock, StopReason, SystemContentBlock, Tool, ToolConfiguration,
+    ToolInputSchema, ToolResultBlock, ToolResultContentBlock, ToolSpecification, ToolUseBlock,
 };
 use aws_sdk_bedrockruntime::Client;
 use aws_smithy_types::{Document, Number};
 use serde_json::{json, Value};
-use trellis_activities::ai::provider::{status_error, Answer, Failure, Invocation, ToolCall, Turn};
+use trellis_activities::ai::provider::{status_error, Answer, DeltaSink, Failure, Invocation, ToolCall, Turn};
 use trellis_activities::ai::{ModelBackend, ProviderKind, Providers};
 use trellis_core::activity::ActivityError;
 
@@ -321,8 +321,8 @@ pub fn service_error(provider: &str, status: u16, error_type: Option<&str>, mess
             false,
         )
         .with_details(json!({ "provider": provider, "status": status })),
-        // The model is loading: not a quota, worth another attempt.
-        "ModelNotReadyException" | "ServiceUnavailableException" => as_status(503),
+        // The model is loading, or its stream broke: not a quota, worth another attempt.
+        "ModelNotReadyException" | "ServiceUnavailableException" | "ModelStreamErrorException" => as_status(503),
         "InternalServerException" => as_status(500),
         "ModelTimeoutException" => as_status(408),
         "AccessDeniedException"
@@ -349,7 +349,7 @@ fn unavailable(provider: &str, message: String) -> ActivityError {
     ActivityError::new("provider_unavailable", message, true).with_details(json!({ "provider": provider }))
 }
 
-fn sdk_error(provider: &str, error: &SdkError<ConverseError, HttpResponse>) -> ActivityError {
+fn sdk_error<E: ProvideErrorMetadata>(provider: &str, error: &SdkError<E, HttpResponse>) -> ActivityError {
     match error {
         SdkError::ServiceError(context) => {
             let status = context.raw().status().as_u16();
@@ -377,65 +377,141 @@ fn error_kind<E, R>(error: &SdkError<E, R>) -> &'static str {
     }
 }
 
-#[async_trait]
-impl ModelBackend for BedrockBackend {
-    async fn converse(&self, invocation: &Invocation<'_>) -> Result<Answer, Failure> {
-        let provider = invocation.provider;
-        let id = provider.id.as_str();
-        let parts = request(&invocation.turn);
-        let rejected = |what: &str| {
-            ActivityError::new(
-                "provider_request_rejected",
-                format!("cannot build the request to provider `{id}`: {what}"),
-                false,
-            )
-            .with_details(json!({ "provider": id }))
-        };
-        let messages = parts
-            .messages
-            .into_iter()
-            .map(|(role, blocks)| sdk_message(role, blocks))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| rejected("a message does not build"))?;
-        let tools = tool_config(&parts.tools).map_err(|_| rejected("a tool definition does not build"))?;
-        let mut call = self
-            .client(provider.region.as_deref())
-            .converse()
-            .model_id(invocation.turn.model)
-            .set_messages(Some(messages))
-            .set_tool_config(tools);
-        for text in parts.system {
-            call = call.system(SystemContentBlock::Text(text));
-        }
-        if parts.max_tokens.is_some() || parts.temperature.is_some() {
-            call = call.inference_config(
-                InferenceConfiguration::builder()
-                    .set_max_tokens(parts.max_tokens)
-                    .set_temperature(parts.temperature)
-                    .build(),
-            );
-        }
-        let headers = [
+/// A Converse (or ConverseStream) request, built.
+struct Built {
+    messages: Vec<Message>,
+    system: Option<Vec<SystemContentBlock>>,
+    tools: Option<ToolConfiguration>,
+    inference: Option<InferenceConfiguration>,
+    headers: [(&'static str, String); 3],
+}
+
+fn build(invocation: &Invocation<'_>) -> Result<Built, ActivityError> {
+    let id = invocation.provider.id.as_str();
+    let rejected = |what: &str| {
+        ActivityError::new(
+            "provider_request_rejected",
+            format!("cannot build the request to provider `{id}`: {what}"),
+            false,
+        )
+        .with_details(json!({ "provider": id }))
+    };
+    let parts = request(&invocation.turn);
+    let messages = parts
+        .messages
+        .into_iter()
+        .map(|(role, blocks)| sdk_message(role, blocks))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| rejected("a message does not build"))?;
+    let tools = tool_config(&parts.tools).map_err(|_| rejected("a tool definition does not build"))?;
+    let system: Vec<SystemContentBlock> = parts.system.into_iter().map(SystemContentBlock::Text).collect();
+    let inference = (parts.max_tokens.is_some() || parts.temperature.is_some()).then(|| {
+        InferenceConfiguration::builder().set_max_tokens(parts.max_tokens).set_temperature(parts.temperature).build()
+    });
+    Ok(Built {
+        messages,
+        system: Some(system).filter(|system| !system.is_empty()),
+        tools,
+        inference,
+        headers: [
             ("x-trellis-request-key", invocation.request_key.to_owned()),
             ("idempotency-key", invocation.idempotency_key.to_owned()),
             ("trellis-attempt", invocation.attempt.to_string()),
-        ];
-        let send = call
+        ],
+    })
+}
+
+/// The same request on `converse()` and `converse_stream()` (two builder types, one shape).
+macro_rules! configured {
+    ($builder:expr, $built:expr, $model:expr) => {{
+        let Built { messages, system, tools, inference, headers } = $built;
+        $builder
+            .model_id($model)
+            .set_messages(Some(messages))
+            .set_system(system)
+            .set_tool_config(tools)
+            .set_inference_config(inference)
             .customize()
             .mutate_request(move |request| {
                 for (name, value) in &headers {
                     request.headers_mut().insert(*name, value.clone());
                 }
             })
-            .send();
-        let timeout_ms = invocation.deadline.saturating_duration_since(Instant::now()).as_millis();
+    }};
+}
+
+fn timed_out(id: &str) -> ActivityError {
+    unavailable(id, format!("provider `{id}` did not answer within the attempt's timeout"))
+}
+
+/// An error inside a ConverseStream response (an exception event, or the stream breaking).
+fn stream_error<E: ProvideErrorMetadata, R>(provider: &str, error: &SdkError<E, R>) -> ActivityError {
+    match error {
+        // In-stream exceptions have no status of their own: unknown ones count as a 5xx.
+        SdkError::ServiceError(context) => service_error(provider, 500, context.err().code(), context.err().message()),
+        _ => unavailable(provider, format!("provider `{provider}`'s stream failed: {}", error_kind(error))),
+    }
+}
+
+#[async_trait]
+impl ModelBackend for BedrockBackend {
+    async fn converse(&self, invocation: &Invocation<'_>) -> Result<Answer, Failure> {
+        let id = invocation.provider.id.as_str();
+        let client = self.client(invocation.provider.region.as_deref());
+        let send = configured!(client.converse(), build(invocation)?, invocation.turn.model).send();
         match tokio::time::timeout_at(invocation.deadline.into(), send).await {
-            Err(_elapsed) => {
-                Err(unavailable(id, format!("provider `{id}` did not answer within {timeout_ms} ms")).into())
-            }
+            Err(_elapsed) => Err(timed_out(id).into()),
             Ok(Err(error)) => Err(sdk_error(id, &error).into()),
             Ok(Ok(output)) => Ok(answer(&output)),
         }
+    }
+
+    async fn converse_stream(&self, invocation: &Invocation<'_>, sink: &mut dyn DeltaSink) -> Result<Answer, Failure> {
+        let id = invocation.provider.id.as_str();
+        let client = self.client(invocation.provider.region.as_deref());
+        let send = configured!(client.converse_stream(), build(invocation)?, invocation.turn.model).send();
+        let mut output = match tokio::time::timeout_at(invocation.deadline.into(), send).await {
+            Err(_elapsed) => return Err(timed_out(id).into()),
+            Ok(Err(error)) => return Err(sdk_error(id, &error).into()),
+            Ok(Ok(output)) => output,
+        };
+        let mut answer = Answer { finish_reason: "stop".to_owned(), ..Answer::default() };
+        let mut stopped = false;
+        let failed = |answer: &Answer, error: ActivityError| Failure { error, partial: Some(answer.clone()) };
+        loop {
+            let event = match tokio::time::timeout_at(invocation.deadline.into(), output.stream.recv()).await {
+                Err(_elapsed) => return Err(failed(&answer, timed_out(id))),
+                Ok(Err(error)) => return Err(failed(&answer, stream_error(id, &error))),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(event))) => event,
+            };
+            match event {
+                StreamEvent::ContentBlockDelta(event) => {
+                    if let Some(ContentBlockDelta::Text(text)) = event.delta() {
+                        answer.text.push_str(text);
+                        if !sink.delta(text).await {
+                            return Err(ActivityError::abandoned().into());
+                        }
+                    }
+                }
+                StreamEvent::MessageStop(event) => {
+                    answer.finish_reason = finish(event.stop_reason()).to_owned();
+                    stopped = true;
+                }
+                StreamEvent::Metadata(event) => {
+                    if let Some(usage) = event.usage() {
+                        answer.input_tokens = u64::try_from(usage.input_tokens()).ok();
+                        answer.output_tokens = u64::try_from(usage.output_tokens()).ok();
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !stopped {
+            let error = unavailable(id, format!("provider `{id}`'s stream ended before the answer finished"));
+            return Err(failed(&answer, error));
+        }
+        Ok(answer)
     }
 }
 

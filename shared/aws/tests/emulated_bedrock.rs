@@ -3,8 +3,8 @@
 //! the testkit's fake Bedrock runtime on 127.0.0.1 (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`). A run
 //! completes with the text, `provider.usage` carries the token counts and the cost from the
 //! model's prices; a throttled call is retried under the node's policy; an invalid structured
-//! answer gets one repair turn (sent as alternating Converse messages); a streamed node gets
-//! one final chunk batch; a `ValidationException` fails the node without a retry; discovery
+//! answer gets one repair turn (sent as alternating Converse messages); a streamed node calls
+//! ConverseStream (the fake's binary event stream) and gets batched chunks in order; a `ValidationException` fails the node without a retry; discovery
 //! advertises the provider, never as BYOK; an agent's tool turns (the Converse client called
 //! directly) round-trip `toolUse`/`toolResult` blocks. Without the emulators the suite is
 //! ignored.
@@ -140,14 +140,27 @@ async fn call_prompt_runs_on_bedrock_through_converse() {
     let roles: Vec<&Value> = requests[1].messages().iter().map(|message| &message["role"]).collect();
     assert_eq!(roles, [&json!("user"), &json!("assistant"), &json!("user")]);
 
-    // A streamed node gets its (non-streamed) answer as one final chunk batch.
-    fake.script([ModelReply::text("one two three")]);
+    // A streamed node calls ConverseStream: its deltas arrive as batched chunks, in order,
+    // the last closing with the usage.
+    fake.clear_requests();
+    let tokens: Vec<String> = (0..40).map(|index| format!("t{index} ")).collect();
+    fake.script([ModelReply::tokens(tokens.clone()).usage(5, 40)]);
     let script = json!({"id": "streamed", "workflowId": "br-streamed", "expect": {"status": "completed"}});
     let (log, snapshot) = play(&mut stack, script).await;
+    assert!(fake.requests()[0].stream, "ConverseStream was called");
     let chunks = of_type(&log, "output.chunk");
-    assert_eq!(chunks.len(), 1, "{log:?}");
-    assert_eq!(chunks[0]["payload"]["chunk"]["isLast"], true);
-    assert_eq!(snapshot["variables"]["ask"]["text"], "one two three");
+    assert!(!chunks.is_empty() && chunks.len() < tokens.len(), "batched: {} for {}", chunks.len(), tokens.len());
+    let parts: Vec<String> = chunks
+        .iter()
+        .flat_map(|event| event["payload"]["chunk"]["parts"].as_array().cloned().unwrap_or_default())
+        .map(|part| part.as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(parts.concat(), tokens.concat(), "every token, in order");
+    let last = &chunks.last().unwrap()["payload"]["chunk"];
+    assert_eq!(last["isLast"], true, "{last}");
+    assert_eq!(snapshot["variables"]["ask"]["text"], tokens.concat());
+    assert_eq!(snapshot["variables"]["ask"]["usage"]["outputTokens"], 40, "{snapshot}");
+    assert_eq!(of_type(&log, "provider.usage")[0]["payload"]["inputTokens"], 5);
 
     // A ValidationException is not retried.
     fake.clear_requests();

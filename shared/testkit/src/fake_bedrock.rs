@@ -1,7 +1,11 @@
 //! A fake Amazon Bedrock runtime on 127.0.0.1 speaking the Converse API, for the `bedrock`
 //! provider kind: `POST /model/{modelId}/converse` answers
 //! `{output: {message: {role: "assistant", content: [{text}]}}, stopReason, usage:
-//! {inputTokens, outputTokens, totalTokens}, metrics}`. Point the AWS SDK at it with
+//! {inputTokens, outputTokens, totalTokens}, metrics}`, and `POST /model/{modelId}/converse-stream`
+//! answers the same as an `application/vnd.amazon.eventstream` body (binary event-stream
+//! frames with their CRCs: `messageStart`, one `contentBlockDelta` per token — the reply's
+//! [`ModelReply::tokens`], or its words —, `contentBlockStop`, `messageStop`, `metadata`).
+//! Point the AWS SDK at it with
 //! `AWS_ENDPOINT_URL_BEDROCK_RUNTIME=`[`FakeBedrock::endpoint_url`]. Nothing leaves loopback.
 //!
 //! Replies are the fake model provider's [`ModelReply`]s (text, usage, finish reason, delay,
@@ -81,6 +85,8 @@ pub struct ConverseRequest {
     pub path: String,
     /// The model id of the path, decoded (`None` for a path that is not a Converse call).
     pub model_id: Option<String>,
+    /// Whether it is a `ConverseStream` call.
+    pub stream: bool,
     /// Headers, names lower-case, in order.
     pub headers: Vec<(String, String)>,
     /// The body parsed as JSON (`Null` if it is not JSON).
@@ -219,9 +225,89 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn model_id(method: &str, path: &str) -> Option<String> {
-    let id = path.strip_prefix("/model/")?.strip_suffix("/converse")?;
-    (method == "POST" && !id.is_empty()).then(|| percent_decode(id))
+/// The model id of a Converse (`false`) or ConverseStream (`true`) call's path.
+fn model_id(method: &str, path: &str) -> Option<(String, bool)> {
+    let rest = path.strip_prefix("/model/")?;
+    let (id, stream) = match rest.strip_suffix("/converse-stream") {
+        Some(id) => (id, true),
+        None => (rest.strip_suffix("/converse")?, false),
+    };
+    (method == "POST" && !id.is_empty()).then(|| (percent_decode(id), stream))
+}
+
+/// CRC-32 (IEEE), as event-stream frames carry it.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for byte in bytes {
+        crc ^= u32::from(*byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// One event-stream frame: prelude (total and headers lengths, their CRC), string headers,
+/// the payload, the frame's CRC.
+fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
+    let mut encoded = Vec::new();
+    for (name, value) in headers {
+        encoded.push(name.len() as u8);
+        encoded.extend_from_slice(name.as_bytes());
+        encoded.push(7); // string
+        encoded.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        encoded.extend_from_slice(value.as_bytes());
+    }
+    let total = (12 + encoded.len() + payload.len() + 4) as u32;
+    let mut frame = Vec::with_capacity(total as usize);
+    frame.extend_from_slice(&total.to_be_bytes());
+    frame.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+    let prelude_crc = crc32(&frame);
+    frame.extend_from_slice(&prelude_crc.to_be_bytes());
+    frame.extend_from_slice(&encoded);
+    frame.extend_from_slice(payload);
+    let crc = crc32(&frame);
+    frame.extend_from_slice(&crc.to_be_bytes());
+    frame
+}
+
+fn event(event_type: &str, payload: &Value) -> Vec<u8> {
+    let headers = [(":message-type", "event"), (":event-type", event_type), (":content-type", "application/json")];
+    frame(&headers, payload.to_string().as_bytes())
+}
+
+/// `text` as tokens: words, each after the first with its leading whitespace.
+fn split_words(text: &str) -> Vec<String> {
+    let mut tokens: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for c in text.chars() {
+        if c.is_whitespace() && !current.trim().is_empty() {
+            tokens.push(std::mem::take(&mut current));
+        }
+        current.push(c);
+    }
+    if !current.is_empty() {
+        tokens.push(current);
+    }
+    tokens
+}
+
+fn stream_answer(tokens: &[String], finish: &FinishReason, usage: Usage) -> Response<Full<Bytes>> {
+    let mut body = event("messageStart", &json!({ "role": "assistant" }));
+    for token in tokens {
+        body.extend(event("contentBlockDelta", &json!({ "contentBlockIndex": 0, "delta": { "text": token } })));
+    }
+    body.extend(event("contentBlockStop", &json!({ "contentBlockIndex": 0 })));
+    body.extend(event("messageStop", &json!({ "stopReason": stop_reason(finish) })));
+    let usage =
+        json!({ "inputTokens": usage.input, "outputTokens": usage.output, "totalTokens": usage.input + usage.output });
+    body.extend(event("metadata", &json!({ "usage": usage, "metrics": { "latencyMs": 1 } })));
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/vnd.amazon.eventstream"),
+    );
+    response
 }
 
 /// The exception name Converse sends for `status`.
@@ -358,7 +444,9 @@ async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<
         .collect();
     let body = request.into_body().collect().await.map(|body| body.to_bytes()).unwrap_or_default();
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let seen = ConverseRequest { model_id: model_id(&method, &path), method, path, headers, body };
+    let call = model_id(&method, &path);
+    let stream = call.as_ref().is_some_and(|(_, stream)| *stream);
+    let seen = ConverseRequest { model_id: call.map(|(id, _)| id), stream, method, path, headers, body };
     let (reply, serial) = {
         let mut state = lock(&state);
         state.requests.push(seen.clone());
@@ -388,13 +476,17 @@ async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<
                 .map(|message| words(&message.get("content").map(blocks_text).unwrap_or_default()))
                 .sum::<u64>()
     };
-    let text = match reply.content {
-        Content::Echo => format!("echo: {}", seen.last_user_text().unwrap_or_default()),
-        Content::Text { text, .. } => text,
+    let (text, tokens) = match reply.content {
+        Content::Echo => (format!("echo: {}", seen.last_user_text().unwrap_or_default()), None),
+        Content::Text { text, tokens } => (text, tokens),
         Content::Error { status, message, .. } => return Ok(exception(status, exception_of(status), &message)),
         _ => return Err(Dropped),
     };
     let usage = reply.usage.unwrap_or_else(|| Usage { input: input(), output: words(&text) });
+    if seen.stream {
+        let tokens = tokens.unwrap_or_else(|| split_words(&text));
+        return Ok(stream_answer(&tokens, &reply.finish, usage));
+    }
     let blocks = content(&text, reply.reasoning.as_deref(), &reply.tool_calls, serial);
     Ok(converse_answer(blocks, &reply.finish, usage))
 }
@@ -406,9 +498,13 @@ mod tests {
     #[test]
     fn model_ids_are_read_from_the_converse_path() {
         let id = model_id("POST", "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse");
-        assert_eq!(id.as_deref(), Some("anthropic.claude-3-haiku-20240307-v1:0"));
+        assert_eq!(id, Some(("anthropic.claude-3-haiku-20240307-v1:0".to_owned(), false)));
         assert_eq!(model_id("GET", "/model/m/converse"), None);
-        assert_eq!(model_id("POST", "/model/m/converse-stream"), None);
+        assert_eq!(model_id("POST", "/model/m/converse-stream"), Some(("m".to_owned(), true)));
+        assert_eq!(model_id("POST", "/model/m/invoke"), None);
+        // The check value of CRC-32/ISO-HDLC.
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(split_words("one two  three").concat(), "one two  three");
         assert_eq!(exception_of(429), "ThrottlingException");
     }
 }

@@ -353,10 +353,45 @@ pub trait ModelBackend: Send + Sync + std::fmt::Debug {
     /// One whole (non-streamed) turn of `invocation`; failures carry the HTTP kinds' codes
     /// and retry classes.
     async fn converse(&self, invocation: &Invocation<'_>) -> Result<Answer, Failure>;
+
+    /// One streamed turn: each text delta goes to `sink` as it arrives (a `false` from it:
+    /// stop reading, fail [`ActivityError::abandoned`]); the answer's text is the deltas'.
+    /// Default: [`ModelBackend::converse`], its text as one delta.
+    async fn converse_stream(&self, invocation: &Invocation<'_>, sink: &mut dyn DeltaSink) -> Result<Answer, Failure> {
+        let answer = self.converse(invocation).await?;
+        if !sink.delta(&answer.text).await {
+            return Err(ActivityError::abandoned().into());
+        }
+        Ok(answer)
+    }
 }
 
-/// A `bedrock` invocation: through the provider's backend, the answer reported as one final
-/// chunk batch when a stream was asked for (Converse is not streamed).
+/// Where a streamed backend turn's text deltas go.
+#[async_trait::async_trait]
+pub trait DeltaSink: Send {
+    /// One delta; `false` when the run no longer wants the attempt.
+    async fn delta(&mut self, text: &str) -> bool;
+}
+
+/// Deltas batched into `output.chunk` reports, as an HTTP stream's are.
+struct Batching<'a> {
+    batcher: Batcher,
+    progress: &'a dyn ProgressSink,
+}
+
+#[async_trait::async_trait]
+impl DeltaSink for Batching<'_> {
+    async fn delta(&mut self, text: &str) -> bool {
+        match self.batcher.push(text, Instant::now()) {
+            Some(batch) => self.progress.report(Progress::Chunk { data: batch.to_value() }).await,
+            None => true,
+        }
+    }
+}
+
+/// A `bedrock` invocation through the provider's backend: streamed (deltas batched into
+/// `output.chunk` reports, the final batch with `meta`) when asked and the turn has no tools,
+/// else whole — reported as one final batch when a stream was asked for.
 async fn invoke_backend(invocation: &Invocation<'_>, progress: &dyn ProgressSink) -> Result<Answer, Failure> {
     let id = invocation.provider.id.as_str();
     let Some(backend) = invocation.provider.backend.as_deref() else {
@@ -368,12 +403,18 @@ async fn invoke_backend(invocation: &Invocation<'_>, progress: &dyn ProgressSink
         .with_details(json!({ "provider": id }))
         .into());
     };
-    let answer = backend.converse(invocation).await?;
-    if invocation.stream {
-        let mut batcher = Batcher::new();
-        batcher.push(&answer.text, Instant::now());
-        progress.report(Progress::Chunk { data: batcher.finish(meta(invocation, &answer)).to_value() }).await;
+    if !invocation.stream {
+        return backend.converse(invocation).await;
     }
+    let mut sink = Batching { batcher: Batcher::new(), progress };
+    let answer = if invocation.turn.tools.is_empty() {
+        backend.converse_stream(invocation, &mut sink).await?
+    } else {
+        let answer = backend.converse(invocation).await?;
+        sink.batcher.push(&answer.text, Instant::now());
+        answer
+    };
+    progress.report(Progress::Chunk { data: sink.batcher.finish(meta(invocation, &answer)).to_value() }).await;
     Ok(answer)
 }
 
