@@ -4,7 +4,8 @@
 //! completes the node — events in the documented order; `maxTurns` ends the loop with
 //! `agent_max_turns`; `budget.maxToolCalls` breaches with `cap.breached`; registration
 //! refuses a bad tool naming its field; the two example workflows run to their documented
-//! outcome; the providers' key appears in no event, snapshot or debug bundle; and a workflow
+//! outcome; the agent's events match the official schemas (with `OPENWOP_REFERENCE_DIR`);
+//! the providers' key appears in no event, snapshot or debug bundle; and a workflow
 //! tool survives a kill -9 of the real binary while its child waits.
 
 mod common;
@@ -13,7 +14,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{serve_args, start, Client, KEY};
+use common::{serve_args, start, Client, Reference, KEY};
 use serde_json::{json, Value};
 use trellis::host::EmbeddedHost;
 use trellis_testkit::fake_model::{Api, FakeModel, ModelReply, ToolCallReply};
@@ -186,6 +187,20 @@ async fn an_agent_calls_an_http_tool_and_a_workflow_tool_then_answers_with_both_
         assert!(requests.iter().all(|request| !request.stream()), "tool turns are not streamed");
         let child = of_type(&events, "node.dispatched")[0]["payload"]["childRunId"].as_str().unwrap().to_owned();
         assert_eq!(client.snapshot(&child).await["status"], "completed");
+        if let Some(reference) = Reference::load("an_agent_calls_an_http_tool_and_a_workflow_tool_then_answers") {
+            for event in &events {
+                reference.assert_valid("run-event.schema.json", event);
+                let definition = match event["type"].as_str().unwrap_or_default() {
+                    "agent.toolCalled" => "agentToolCalled",
+                    "agent.toolReturned" => "agentToolReturned",
+                    "agent.decided" => "agentDecided",
+                    "agent.reasoned" => "agentReasoned",
+                    _ => continue,
+                };
+                reference
+                    .assert_valid(&format!("run-event-payloads.schema.json#/$defs/{definition}"), &event["payload"]);
+            }
+        }
         assert!(!Value::Array(events.clone()).to_string().contains("CANARY"), "the events carry the key");
         assert!(!client.snapshot(&run_id).await.to_string().contains("CANARY"), "the snapshot carries the key");
         let (status, bundle) = client.request("GET", &format!("/v1/runs/{run_id}/debug-bundle"), None).await;
