@@ -370,3 +370,38 @@ fn arguments_the_input_schema_refuses_return_invalid_arguments_without_a_call() 
     assert!(requests.iter().all(|request| request["step"]["kind"] == "model"), "no HTTP step went out");
     assert_eq!(state.status, RunStatus::Completed);
 }
+
+#[test]
+fn a_failed_child_is_the_tools_error_and_a_cancel_cancels_the_child_in_flight() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    let script = vec![
+        Answer::Step(turn("", json!([call("p", "escalate", json!({}))]))),
+        Answer::Child(RunStatus::Failed, json!({})),
+        Answer::Step(turn("could not escalate", json!([]))),
+    ];
+    let (log, _) = run(&wf, &mut state, script);
+    let returned = event(&log, "agent.toolReturned");
+    assert_eq!(
+        (returned.payload["status"].as_str(), returned.payload["error"]["code"].as_str()),
+        (Some("error"), Some("child_failed"))
+    );
+    assert_eq!(returned.payload["error"]["details"]["childStatus"], "failed");
+    assert_eq!(state.status, RunStatus::Completed, "the model answered after the failure");
+
+    let mut state = pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 1_000);
+    apply(&wf, &mut state, Input::Step { node_id: "agent".into(), activation: 1 }, 1_000);
+    let result = turn("", json!([call("p", "escalate", json!({}))]));
+    apply(
+        &wf,
+        &mut state,
+        Input::ActivityFinished { node_id: "agent".into(), activation: 1, attempt: 0, result },
+        1_010,
+    );
+    let child = state.nodes["agent"].child_run_id.clone().unwrap();
+    let outcome = apply(&wf, &mut state, Input::Cancel { reason: None }, 1_020);
+    let cancelled =
+        |effect: &Effect| matches!(effect, Effect::CancelChild { child_run_id, .. } if *child_run_id == child);
+    assert!(outcome.effects.iter().any(cancelled), "{:?}", outcome.effects);
+}
