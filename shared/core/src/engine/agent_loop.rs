@@ -15,7 +15,7 @@
 //!    attempt (`step.kind: "http"`) and a workflow tool a child run the node waits for
 //!    (`WaitingChild`, durable across restarts); its result (or error) is
 //!    `agent.toolReturned` (caused by the call's event) and a `tool` message of the
-//!    transcript. A tool the config does not name returns the error `unknown_tool`, and
+//!    transcript (cut to [`MAX_RESULT_CHARS`]). A tool the config does not name returns the error `unknown_tool`, and
 //!    arguments its `inputSchema` refuses the error `invalid_arguments` (the call is not made);
 //! 3. the next model turn — until an answer has no tool calls: `agent.decided {agentId,
 //!    decision, confidence?}` (the decision is the structured `data` when the node has a
@@ -375,6 +375,7 @@ impl Transition<'_> {
             }
         };
         self.emit_caused(types::AGENT_TOOL_RETURNED, Some(node_id), payload, current.called);
+        let content = cut(content, MAX_RESULT_CHARS);
         if let Some(messages) = request.get_mut("messages").and_then(Value::as_array_mut) {
             messages.push(json!({
                 "role": "tool", "toolCallId": current.provider_call_id, "name": current.tool, "content": content,
@@ -409,6 +410,18 @@ impl Transition<'_> {
         };
         self.tool_returned(node_id, &config, &agent_id, outcome);
         Verdict::Applied
+    }
+}
+
+/// The most characters of one tool result the transcript keeps (the run's state holds the
+/// transcript, and every later turn sends it).
+pub const MAX_RESULT_CHARS: usize = 32 * 1024;
+
+/// `text` cut to `max` characters, marked when cut.
+fn cut(text: String, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}… [cut: the tool result is longer than {max} characters]", &text[..at]),
+        None => text,
     }
 }
 

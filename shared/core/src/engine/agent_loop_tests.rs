@@ -405,3 +405,23 @@ fn a_failed_child_is_the_tools_error_and_a_cancel_cancels_the_child_in_flight() 
         |effect: &Effect| matches!(effect, Effect::CancelChild { child_run_id, .. } if *child_run_id == child);
     assert!(outcome.effects.iter().any(cancelled), "{:?}", outcome.effects);
 }
+
+#[test]
+fn a_long_tool_result_is_cut_in_the_transcript_but_not_in_the_event() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    let body = "x".repeat(agent_loop::MAX_RESULT_CHARS * 2);
+    let script = vec![
+        Answer::Step(turn("", json!([call("p", "lookup", json!({}))]))),
+        Answer::Step(success(json!({ "status": "ok", "result": { "body": body } }))),
+        Answer::Step(turn("done", json!([]))),
+    ];
+    let (log, requests) = run(&wf, &mut state, script);
+    assert_eq!(event(&log, "agent.toolReturned").payload["outcome"]["body"].as_str().unwrap().len(), body.len());
+    let sent = requests[2]["messages"][2]["content"].as_str().unwrap();
+    assert!(
+        sent.chars().count() < agent_loop::MAX_RESULT_CHARS + 100 && sent.ends_with("characters]"),
+        "{}",
+        sent.len()
+    );
+}

@@ -26,7 +26,7 @@ use crate::run::{DrainPolicy, NodeStatus, RunState, RunStatus};
 use crate::timefmt::Millis;
 
 pub use activity::{activity_call, ACTIVITY_HEARTBEAT};
-pub use agent_loop::tool_inputs as agent_tool_inputs;
+pub use agent_loop::{tool_inputs as agent_tool_inputs, MAX_RESULT_CHARS as AGENT_MAX_RESULT_CHARS};
 pub use orchestration::{
     child_inputs, ASK_USER_QUESTION, ASK_USER_VARIABLE, CONFIDENCE_ESCALATED, CONFIDENCE_FLOOR,
     DEFAULT_ESCALATION_THRESHOLD, DISPATCH_TYPE_ID, MAX_FAN_OUT,
