@@ -273,7 +273,9 @@ impl Transition<'_> {
         let index = state.tool_calls;
         state.tool_calls += 1;
         let call_id = self.call_id(node_id, index as usize);
-        let name = call.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        // The events' `toolName` is never empty, whatever the model sent.
+        let name =
+            call.get("name").and_then(Value::as_str).filter(|name| !name.is_empty()).unwrap_or("unnamed").to_owned();
         let arguments = call.get("arguments").cloned().unwrap_or_else(|| json!({}));
         let tool = config.tool(&name).cloned();
         let (transport, kind) = tool
