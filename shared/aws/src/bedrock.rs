@@ -39,6 +39,7 @@ use aws_sdk_bedrockruntime::config::http::HttpResponse;
 use aws_sdk_bedrockruntime::error::BuildError;
 use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_bedrockruntime::operation::converse::ConverseOutput;
+use aws_sdk_bedrockruntime::types::error::ConverseStreamOutputError;
 use aws_sdk_bedrockruntime::types::{
     ContentBlock, ContentBlockDelta, ConversationRole, ConverseOutput as Output, ConverseStreamOutput as StreamEvent,
     InferenceConfiguration, Message, ReasoningContentBlock, StopReason, SystemContentBlock, Tool, ToolConfiguration,
@@ -445,12 +446,23 @@ fn timed_out(id: &str) -> ActivityError {
 }
 
 /// An error inside a ConverseStream response (an exception event, or the stream breaking).
-fn stream_error<E: ProvideErrorMetadata, R>(provider: &str, error: &SdkError<E, R>) -> ActivityError {
-    match error {
-        // In-stream exceptions have no status of their own: unknown ones count as a 5xx.
-        SdkError::ServiceError(context) => service_error(provider, 500, context.err().code(), context.err().message()),
-        _ => unavailable(provider, format!("provider `{provider}`'s stream failed: {}", error_kind(error))),
-    }
+/// An exception event is named by its variant (its payload need not carry a type); it has no
+/// status of its own, so an unknown one counts as a 5xx.
+fn stream_error<R>(provider: &str, error: &SdkError<ConverseStreamOutputError, R>) -> ActivityError {
+    let SdkError::ServiceError(context) = error else {
+        return unavailable(provider, format!("provider `{provider}`'s stream failed: {}", error_kind(error)));
+    };
+    let exception = context.err();
+    let error_type = match exception {
+        ConverseStreamOutputError::ThrottlingException(_) => Some("ThrottlingException"),
+        ConverseStreamOutputError::ModelStreamErrorException(_) => Some("ModelStreamErrorException"),
+        ConverseStreamOutputError::ValidationException(_) => Some("ValidationException"),
+        ConverseStreamOutputError::InternalServerException(_) => Some("InternalServerException"),
+        ConverseStreamOutputError::ServiceUnavailableException(_) => Some("ServiceUnavailableException"),
+        _ => exception.code(),
+    };
+    let status = if error_type == Some("ValidationException") { 400 } else { 500 };
+    service_error(provider, status, error_type, exception.message())
 }
 
 #[async_trait]

@@ -4,7 +4,8 @@
 //! completes with the text, `provider.usage` carries the token counts and the cost from the
 //! model's prices; a throttled call is retried under the node's policy; an invalid structured
 //! answer gets one repair turn (sent as alternating Converse messages); a streamed node calls
-//! ConverseStream (the fake's binary event stream) and gets batched chunks in order; a `ValidationException` fails the node without a retry; discovery
+//! ConverseStream (the fake's binary event stream) and gets batched chunks in order, and a
+//! stream broken by an exception event is retried; a `ValidationException` fails the node without a retry; discovery
 //! advertises the provider, never as BYOK; an agent's tool turns (the Converse client called
 //! directly) round-trip `toolUse`/`toolResult` blocks. Without the emulators the suite is
 //! ignored.
@@ -161,6 +162,20 @@ async fn call_prompt_runs_on_bedrock_through_converse() {
     assert_eq!(snapshot["variables"]["ask"]["text"], tokens.concat());
     assert_eq!(snapshot["variables"]["ask"]["usage"]["outputTokens"], 40, "{snapshot}");
     assert_eq!(of_type(&log, "provider.usage")[0]["payload"]["inputTokens"], 5);
+
+    // A stream broken by a modelStreamErrorException event is retried (`provider_unavailable`).
+    fake.clear_requests();
+    fake.script([
+        BedrockReply::stream_exception("half an answer", 2, "modelStreamErrorException", "The stream broke"),
+        ModelReply::text("whole answer").into(),
+    ]);
+    let script = json!({"id": "broken-stream", "workflowId": "br-streamed", "expect": {"status": "completed"}});
+    let (log, snapshot) = play(&mut stack, script).await;
+    let retried = of_type(&log, "node.retried");
+    assert_eq!(retried.len(), 1, "{log:?}");
+    assert_eq!(retried[0]["payload"]["lastError"]["code"], "provider_unavailable", "{}", retried[0]);
+    assert_eq!(snapshot["variables"]["ask"]["text"], "whole answer");
+    assert_eq!(fake.requests().len(), 2);
 
     // A ValidationException is not retried.
     fake.clear_requests();

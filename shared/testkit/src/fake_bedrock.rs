@@ -13,7 +13,8 @@
 //! `reasoningContent` block;
 //! [`ModelReply::error`] becomes the Converse exception of its status, e.g. 429 →
 //! `ThrottlingException`), or a named exception ([`BedrockReply::exception`],
-//! [`BedrockReply::throttled`]), queued one per request ([`FakeBedrock::script`]). With the
+//! [`BedrockReply::throttled`]), or a stream broken by an exception event
+//! ([`BedrockReply::stream_exception`]), queued one per request ([`FakeBedrock::script`]). With the
 //! queue empty a request gets `echo: <last user text>`, usage counted in words. An exception
 //! is sent as the service sends it: its status, `x-amzn-ErrorType: <Type>:<namespace>` and a
 //! `{"message"}` body.
@@ -47,6 +48,19 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub enum BedrockReply {
     /// An answer (or an error by status) as the fake model provider scripts it.
     Model(ModelReply),
+    /// A ConverseStream answer that streams `after` tokens of `text`, then an exception event
+    /// (`:message-type: exception`, `:exception-type: <error_type>`); a Converse call gets
+    /// the exception as an HTTP error instead (status 500).
+    StreamException {
+        /// The text whose first tokens stream.
+        text: String,
+        /// How many tokens stream before the exception.
+        after: usize,
+        /// The event's exception type, e.g. `modelStreamErrorException`.
+        error_type: String,
+        /// Its `message`.
+        message: String,
+    },
     /// A Converse exception.
     Exception {
         /// The HTTP status.
@@ -62,6 +76,17 @@ impl BedrockReply {
     /// The exception `error_type` with `status` and `message`.
     pub fn exception(status: u16, error_type: &str, message: &str) -> Self {
         Self::Exception { status, error_type: error_type.to_owned(), message: message.to_owned() }
+    }
+
+    /// A stream of `text` broken after `after` tokens by `error_type` (an event name:
+    /// `modelStreamErrorException`, `throttlingException`, …).
+    pub fn stream_exception(text: &str, after: usize, error_type: &str, message: &str) -> Self {
+        Self::StreamException {
+            text: text.to_owned(),
+            after,
+            error_type: error_type.to_owned(),
+            message: message.to_owned(),
+        }
     }
 
     /// A 429 `ThrottlingException`.
@@ -292,6 +317,26 @@ fn split_words(text: &str) -> Vec<String> {
     tokens
 }
 
+fn event_stream_response(body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/vnd.amazon.eventstream"),
+    );
+    response
+}
+
+fn broken_stream(tokens: &[String], error_type: &str, message: &str) -> Response<Full<Bytes>> {
+    let mut body = event("messageStart", &json!({ "role": "assistant" }));
+    for token in tokens {
+        body.extend(event("contentBlockDelta", &json!({ "contentBlockIndex": 0, "delta": { "text": token } })));
+    }
+    let headers =
+        [(":message-type", "exception"), (":exception-type", error_type), (":content-type", "application/json")];
+    body.extend(frame(&headers, json!({ "message": message }).to_string().as_bytes()));
+    event_stream_response(body)
+}
+
 fn stream_answer(tokens: &[String], finish: &FinishReason, usage: Usage) -> Response<Full<Bytes>> {
     let mut body = event("messageStart", &json!({ "role": "assistant" }));
     for token in tokens {
@@ -302,12 +347,7 @@ fn stream_answer(tokens: &[String], finish: &FinishReason, usage: Usage) -> Resp
     let usage =
         json!({ "inputTokens": usage.input, "outputTokens": usage.output, "totalTokens": usage.input + usage.output });
     body.extend(event("metadata", &json!({ "usage": usage, "metrics": { "latencyMs": 1 } })));
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/vnd.amazon.eventstream"),
-    );
-    response
+    event_stream_response(body)
 }
 
 /// The exception name Converse sends for `status`.
@@ -461,6 +501,13 @@ async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<
     let reply = match reply {
         BedrockReply::Exception { status, error_type, message } => {
             return Ok(exception(status, &error_type, &message));
+        }
+        BedrockReply::StreamException { text, after, error_type, message } => {
+            if !seen.stream {
+                return Ok(exception(500, &error_type, &message));
+            }
+            let tokens: Vec<String> = split_words(&text).into_iter().take(after).collect();
+            return Ok(broken_stream(&tokens, &error_type, &message));
         }
         BedrockReply::Model(reply) => reply,
     };
