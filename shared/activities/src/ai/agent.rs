@@ -213,6 +213,17 @@ impl AgentActivity {
             .policy
             .decide(&prepared.model, call.credentials_ref.is_some())
             .map_err(|reason| denied(&provider.id, reason))?;
+        if provider.kind == super::ProviderKind::Bedrock && call.credentials_ref.is_some() {
+            return Err(ActivityError::new(
+                "credential_forbidden",
+                format!(
+                    "provider `{}` (kind bedrock) is called with the host's IAM role: no credentialsRef",
+                    provider.id
+                ),
+                false,
+            )
+            .with_details(json!({ "provider": provider.id })));
+        }
         let key = self.prompt.key(call, provider).await?;
         // Each turn is its own logical call at the provider.
         let idempotency_key = format!("{}-t{turn}", call.idempotency_key);
