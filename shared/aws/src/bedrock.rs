@@ -638,6 +638,25 @@ mod tests {
     }
 
     #[test]
+    fn the_functions_settings_accept_bedrock_entries_and_name_a_bad_one() {
+        let settings = |providers: &str| {
+            let pairs = [
+                ("TRELLIS_TABLE_NAME", "t"),
+                ("TRELLIS_STEP_QUEUE_URL", "q"),
+                ("TRELLIS_COMPLETION_QUEUE_URL", "c"),
+                ("TRELLIS_AI_PROVIDERS", providers),
+            ];
+            crate::Settings::from_lookup(&|name| pairs.iter().find(|(key, _)| *key == name).map(|(_, v)| v.to_string()))
+        };
+        let good = settings(r#"[{"id": "br", "kind": "bedrock", "region": "eu-central-1", "models": ["m"]}]"#).unwrap();
+        let providers = good.providers();
+        assert_eq!(providers.get("br").map(|provider| provider.kind), Some(ProviderKind::Bedrock));
+        let bad = settings(r#"[{"id": "br", "kind": "bedrock", "baseUrl": "https://x", "models": ["m"]}]"#);
+        let message = bad.err().expect("refused at cold start").to_string();
+        assert!(message.contains("TRELLIS_AI_PROVIDERS") && message.contains("providers[0].baseUrl"), "{message}");
+    }
+
+    #[test]
     fn stop_reasons_map_to_the_chunk_vocabulary() {
         assert_eq!(finish(&StopReason::EndTurn), "stop");
         assert_eq!(finish(&StopReason::MaxTokens), "length");
