@@ -652,7 +652,7 @@ mod tests {
         let providers = good.providers();
         assert_eq!(providers.get("br").map(|provider| provider.kind), Some(ProviderKind::Bedrock));
         let bad = settings(r#"[{"id": "br", "kind": "bedrock", "baseUrl": "https://x", "models": ["m"]}]"#);
-        let message = bad.err().expect("refused at cold start").to_string();
+        let message = bad.expect_err("refused at cold start").to_string();
         assert!(message.contains("TRELLIS_AI_PROVIDERS") && message.contains("providers[0].baseUrl"), "{message}");
     }
 
