@@ -7,7 +7,8 @@
 //! ConverseStream (the fake's binary event stream) and gets batched chunks in order, and a
 //! stream broken by an exception event is retried; a `ValidationException` fails the node without a retry; discovery
 //! advertises the provider, never as BYOK; an agent's tool turns (the Converse client called
-//! directly) round-trip `toolUse`/`toolResult` blocks. Without the emulators the suite is
+//! directly) round-trip `toolUse`/`toolResult` blocks, and a `vendor.trellis.agent` run on the
+//! stack calls its HTTP tool between two Converse turns. Without the emulators the suite is
 //! ignored.
 
 mod support;
@@ -18,6 +19,7 @@ use trellis_activities::ai::provider::{Invocation, Turn};
 use trellis_activities::ai::{parse_providers_for, Backend, ProviderConfig};
 use trellis_testkit::fake_bedrock::{BedrockReply, FakeBedrock};
 use trellis_testkit::fake_model::{ModelReply, ToolCallReply};
+use trellis_testkit::http_server::{Reply, TestServer};
 use trellis_testkit::script::Runner;
 
 const MODEL: &str = "anthropic.claude-3-haiku-20240307-v1:0";
@@ -189,6 +191,38 @@ async fn call_prompt_runs_on_bedrock_through_converse() {
     assert_eq!(fake.requests().len(), 1);
 
     tool_turns_round_trip(&fake).await;
+
+    // An agent on the stack: its model turns go through Converse, its HTTP tool to 127.0.0.1.
+    let orders = TestServer::start().await;
+    orders.route("/orders/42", vec![Reply::json(200, &json!({"status": "shipped"}))]);
+    let tools = json!([{"name": "order_status", "description": "The status of an order.",
+        "inputSchema": {"type": "object", "additionalProperties": false,
+                        "properties": {"orderId": {"type": "string"}}, "required": ["orderId"]},
+        "http": {"method": "GET", "url": orders.url("/orders/{{inputs.orderId}}"), "timeoutMs": 5000}}]);
+    let agent = json!({"id": "br-agent", "name": "br-agent", "version": "1", "edges": [],
+        "nodes": [{"id": "agent", "typeId": "vendor.trellis.agent",
+                   "config": {"route": format!("br/{MODEL}"), "instructions": "Answer about orders.",
+                              "prompt": "Where is order 42?", "tools": tools, "maxTurns": 3}}]});
+    let (status, body) = stack.api("POST", "/v1/workflows", Some(agent)).await;
+    assert_eq!(status, 201, "{body}");
+    fake.clear_requests();
+    fake.script([
+        ModelReply::tool_calls([ToolCallReply::new("order_status", json!({"orderId": "42"}))]),
+        ModelReply::text("Order 42 has shipped."),
+    ]);
+    let script = json!({"id": "agent", "workflowId": "br-agent", "expect": {"status": "completed"}});
+    let (log, snapshot) = play(&mut stack, script).await;
+    assert_eq!(snapshot["variables"]["agent"]["text"], "Order 42 has shipped.", "{snapshot}");
+    assert_eq!(of_type(&log, "agent.toolCalled").len(), 1, "{log:?}");
+    assert_eq!(of_type(&log, "agent.toolReturned").len(), 1, "{log:?}");
+    assert_eq!(of_type(&log, "provider.usage").len(), 2, "one per model turn");
+    assert_eq!(orders.requests().len(), 1);
+    let turns = fake.requests();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0].body["toolConfig"]["tools"][0]["toolSpec"]["name"], "order_status");
+    let sent = turns[1].messages();
+    let result = sent.last().and_then(|message| message["content"][0].get("toolResult")).expect("a toolResult");
+    assert!(result["content"][0]["text"].as_str().is_some_and(|text| text.contains("shipped")), "{result}");
 }
 
 fn turn<'a>(messages: &'a [Value], tools: &'a [Value]) -> Turn<'a> {
