@@ -84,6 +84,7 @@ CREATE TABLE IF NOT EXISTS runs (
     edges       TEXT    NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at, run_id);
+CREATE INDEX IF NOT EXISTS workflows_by_seq ON workflows (namespace, workflow_id, seq);
 CREATE TABLE IF NOT EXISTS idempotency (
     tenant         TEXT    NOT NULL,
     endpoint       TEXT    NOT NULL,
