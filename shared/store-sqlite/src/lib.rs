@@ -9,7 +9,7 @@
 //! | `runs`        | one row per run: the state's header, its edge letters, version, tenant and status |
 //! | `run_nodes`   | each run's node states by `(run_id, node_id)`                          |
 //! | `run_variables` | each run's variables by `(run_id, name)`                             |
-//! | `events`      | the append-only event log by `(run_id, sequence)`                      |
+//! | `event_pages` | the append-only event log: each commit's events as pages of up to 64, by `(run_id, first_sequence)` |
 //! | `idempotency` | recorded responses by `(tenant, endpoint, key)`, kept for the retention |
 //! | `tasks`       | the local queue *and* the outbox: due steps, timers and deadlines      |
 //! | `votes`       | approval votes by `(run_id, interrupt_id, voter)` (the state keeps a tally) |
@@ -27,6 +27,7 @@
 
 mod batch;
 mod cache;
+mod pages;
 mod records;
 mod schema;
 mod store;

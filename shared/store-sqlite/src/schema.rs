@@ -2,7 +2,7 @@
 
 /// The layout version this build writes (`PRAGMA user_version`). A database of an older
 /// version is migrated at open ([`MIGRATIONS`]); a newer one is refused rather than misread.
-pub(crate) const SCHEMA_VERSION: i64 = 4;
+pub(crate) const SCHEMA_VERSION: i64 = 5;
 
 /// The `votes` table (layout 3): one row per `(run, interrupt occurrence, voter)`.
 const VOTES: &str = "
@@ -52,11 +52,13 @@ pub(crate) enum Step {
 /// age for their expiry. A layout-3 database is refused by older builds, which would
 /// miscount its votes. Version 4 splits each run's state document into a header row, edge
 /// letters and node and variable rows (a step writes only what it changed); older builds
-/// refuse it too.
+/// refuse it too. Version 5 stores the events a commit appends as pages, a row per up to 64
+/// events instead of a row per event (see `pages`); older builds refuse it.
 pub(crate) const MIGRATIONS: &[(i64, Step)] = &[
     (1, Step::Sql("ALTER TABLE events ADD COLUMN causation INTEGER;")),
     (2, Step::Sql(VOTES)),
     (3, Step::Convert(crate::records::split_state_documents)),
+    (4, Step::Convert(crate::pages::convert_event_rows)),
 ];
 
 /// The base tables; every statement is idempotent.
@@ -82,16 +84,7 @@ CREATE TABLE IF NOT EXISTS runs (
     edges       TEXT    NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at, run_id);
-CREATE TABLE IF NOT EXISTS events (
-    run_id    TEXT    NOT NULL,
-    sequence  INTEGER NOT NULL,
-    type      TEXT    NOT NULL,
-    node_id   TEXT,
-    payload   TEXT    NOT NULL,
-    timestamp INTEGER NOT NULL,
-    causation INTEGER,
-    PRIMARY KEY (run_id, sequence)
-) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS workflows_by_seq ON workflows (namespace, workflow_id, seq);
 CREATE TABLE IF NOT EXISTS idempotency (
     tenant         TEXT    NOT NULL,
     endpoint       TEXT    NOT NULL,
@@ -119,8 +112,8 @@ CREATE TABLE IF NOT EXISTS settings (
 ) WITHOUT ROWID;
 ";
 
-/// Every statement of the current layout (the base tables, then the layout-3 and layout-4
-/// additions).
+/// Every statement of the current layout (the base tables, then the layout-3, layout-4 and
+/// layout-5 additions).
 pub(crate) fn ddl() -> String {
-    format!("{DDL}{VOTES}{IDEMPOTENCY_BY_AGE}{RUN_RECORDS}")
+    format!("{DDL}{VOTES}{IDEMPOTENCY_BY_AGE}{RUN_RECORDS}{}", crate::pages::EVENT_PAGES)
 }

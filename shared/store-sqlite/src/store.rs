@@ -84,31 +84,9 @@ impl SqliteStore {
         limit: usize,
         mut each: impl FnMut(StoredEvent) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
-        let connection = self.lock();
-        let mut query = connection
-            .prepare_cached(
-                "SELECT sequence, type, node_id, payload, timestamp, causation FROM events
-                 WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
-            )
-            .map_err(unavailable)?;
-        let after = after.map_or(-1, |sequence| sequence as i64);
-        let rows = query
-            .query_map(params![run_id, after, limit as i64], |row| {
-                Ok(StoredEvent {
-                    sequence: row.get(0)?,
-                    event_type: row.get(1)?,
-                    node_id: row.get(2)?,
-                    payload_json: row.get(3)?,
-                    timestamp: row.get(4)?,
-                    causation: row.get(5)?,
-                })
-            })
-            .map_err(unavailable)?;
-        let mut events = Vec::new();
-        let mut bytes = 0;
-        for row in rows {
-            let event = row.map_err(unavailable)?;
-            bytes += event.payload_json.len();
+        let (stored, bytes) = crate::pages::read(&self.lock(), run_id, after, limit)?;
+        let mut events = Vec::with_capacity(stored.len());
+        for event in stored {
             events.push(each(event)?);
         }
         self.counters.read(events.len() as u64, bytes);
@@ -186,6 +164,9 @@ impl SqliteStore {
         ["workflows", "runs", "events", "idempotency", "tasks", "votes"]
             .into_iter()
             .map(|table| {
+                if table == "events" {
+                    return Ok((table, crate::pages::count(&connection)?));
+                }
                 let count = connection
                     .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| row.get::<_, u64>(0))
                     .map_err(unavailable)?;

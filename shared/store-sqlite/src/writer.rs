@@ -8,7 +8,7 @@
 //! alone is written without its own fsync, see [`apply_group`]).
 
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use rusqlite::{params, Connection};
@@ -19,7 +19,6 @@ use trellis_core::limits::IDEMPOTENCY_RETENTION_MS;
 use trellis_core::ports::IdempotencyRecord;
 use trellis_core::{RunEvent, StoreError};
 
-use crate::batch::Batched;
 use crate::cache::HotRuns;
 use crate::records::{RunRows, Written};
 use crate::store::{find_record, to_json, unavailable};
@@ -31,12 +30,12 @@ pub(crate) const MAX_GROUP: usize = 256;
 /// An event row and the vote it casts.
 #[derive(Debug)]
 pub(crate) struct EventRow {
-    sequence: u64,
-    event_type: String,
-    node_id: Option<String>,
-    payload: String,
-    timestamp: u64,
-    causation: Option<u64>,
+    pub(crate) sequence: u64,
+    pub(crate) event_type: String,
+    pub(crate) node_id: Option<String>,
+    pub(crate) payload: String,
+    pub(crate) timestamp: u64,
+    pub(crate) causation: Option<u64>,
     vote: Option<(String, Vote)>,
 }
 
@@ -205,14 +204,42 @@ pub(crate) fn without_fsync<T>(
     write(connection)
 }
 
+/// Applies `writes` in one transaction; one answer per write.
+///
+/// First without a savepoint per write: every write checks its run's version or its
+/// idempotency key before it writes anything, so a conflict or an existing answer leaves
+/// nothing to roll back, and a savepoint would only cost SQLite a copy of every page each
+/// write touches (its statement journal). A write that *fails* midway may have written part
+/// of itself: then the whole transaction is rolled back and the group applied again with a
+/// savepoint per write, which rolls the failing write back alone — as if the fast attempt
+/// had never been made.
 fn apply_transaction(
     connection: &Connection,
     counters: &Counters,
     hot: &HotRuns,
     writes: &[&Write],
 ) -> Vec<Result<Answer, StoreError>> {
+    for write in writes {
+        if let Write::Commit { run, .. } = write {
+            hot.forget(run.run_id());
+        }
+    }
+    match transaction(connection, counters, writes, false) {
+        Some(answers) => answers,
+        None => transaction(connection, counters, writes, true).unwrap_or_default(),
+    }
+}
+
+/// One transaction over `writes`, each in its own savepoint when `savepoints`; without
+/// savepoints, `None` (everything rolled back) as soon as a write fails.
+fn transaction(
+    connection: &Connection,
+    counters: &Counters,
+    writes: &[&Write],
+    savepoints: bool,
+) -> Option<Vec<Result<Answer, StoreError>>> {
     if let Err(error) = control(connection, "BEGIN IMMEDIATE") {
-        return writes.iter().map(|_| Err(unavailable_ref(&error))).collect();
+        return Some(writes.iter().map(|_| Err(unavailable_ref(&error))).collect());
     }
     let mut answers = Vec::with_capacity(writes.len());
     let mut written: Written = (0, 0);
@@ -223,19 +250,28 @@ fn apply_transaction(
             answers.push(Err(StoreError::Unavailable("the group's transaction was rolled back".into())));
             continue;
         }
-        if let Write::Commit { run, .. } = write {
-            hot.forget(run.run_id());
+        if !savepoints {
+            let answer = apply(connection, write, &mut written);
+            if answer.is_err() {
+                if !connection.is_autocommit() {
+                    let _ = control(connection, "ROLLBACK");
+                }
+                return None;
+            }
+            answers.push(answer);
+            continue;
         }
-        let answer = savepoint(connection, |connection| apply(connection, write, &mut written));
-        answers.push(answer);
+        answers.push(savepoint(connection, |connection| apply(connection, write, &mut written)));
     }
     if connection.is_autocommit() {
-        return answers
-            .into_iter()
-            .map(|_| Err(StoreError::Unavailable("the group's transaction was rolled back".into())))
-            .collect();
+        return Some(
+            answers
+                .into_iter()
+                .map(|_| Err(StoreError::Unavailable("the group's transaction was rolled back".into())))
+                .collect(),
+        );
     }
-    match control(connection, "COMMIT") {
+    Some(match control(connection, "COMMIT") {
         Ok(()) => {
             counters.wrote(written.0, written.1);
             answers
@@ -244,7 +280,7 @@ fn apply_transaction(
             let _ = control(connection, "ROLLBACK");
             answers.iter().map(|_| Err(unavailable_ref(&error))).collect()
         }
-    }
+    })
 }
 
 fn unavailable_ref(error: &rusqlite::Error) -> StoreError {
@@ -335,25 +371,10 @@ fn record_answer(connection: &Connection, record: &IdempotencyRecord, body: &str
     Ok(inserted > 0)
 }
 
-/// Appends event rows and records the votes they cast.
+/// Appends a commit's events (as pages, see [`crate::pages`]) and records the votes they cast.
 fn insert_events(connection: &Connection, run_id: &str, events: &[EventRow]) -> Result<Written, StoreError> {
-    static EVENTS: LazyLock<Batched> = LazyLock::new(|| {
-        Batched::new(
-            "INSERT INTO events (run_id, sequence, type, node_id, payload, timestamp, causation) VALUES",
-            7,
-            "",
-        )
-    });
-    let rows = EVENTS.execute(connection, events, |statement, first, event| {
-        statement.raw_bind_parameter(first, run_id)?;
-        statement.raw_bind_parameter(first + 1, event.sequence)?;
-        statement.raw_bind_parameter(first + 2, &event.event_type)?;
-        statement.raw_bind_parameter(first + 3, &event.node_id)?;
-        statement.raw_bind_parameter(first + 4, &event.payload)?;
-        statement.raw_bind_parameter(first + 5, event.timestamp)?;
-        statement.raw_bind_parameter(first + 6, event.causation)
-    })?;
-    let mut written: Written = (rows as u64, events.iter().map(|event| event.payload.len()).sum());
+    let rows = crate::pages::insert(connection, run_id, events.iter().map(crate::pages::EventRef::from))?;
+    let mut written: Written = (rows, events.iter().map(|event| event.payload.len()).sum());
     // Votes in event order: a later vote of the same voter in one commit replaces the earlier.
     let mut votes = events.iter().filter_map(|event| event.vote.as_ref()).peekable();
     if votes.peek().is_some() {
