@@ -412,8 +412,8 @@ impl Transition<'_> {
             }
         }
         if let Some(orchestrator) = self.state.orchestrator.as_mut() {
-            let outputs = orchestrator::model::shown(&Value::Object(variables.clone()));
-            let entry = json!({ "workerId": worker, "childRunId": child_run_id, "status": status.as_str(), "outputs": outputs });
+            let outputs = Value::Object(variables.clone());
+            let entry = orchestrator::model::worker_entry(worker, child_run_id, status.as_str(), &outputs);
             remember(&mut orchestrator.history, entry);
         }
         let next = progress.index + 1;

@@ -117,6 +117,39 @@ fn a_model_answer_is_recorded_as_the_decision_and_the_next_tick_sees_the_history
 }
 
 #[test]
+fn a_large_worker_output_is_cut_once_keeping_the_other_fields_of_its_history_entry() {
+    use crate::orchestrator::model::MAX_OUTPUT_CHARS;
+    let wf = looped(&model_registry(), supervisor_config(json!({})));
+    let mut state = started(&wf);
+    step(&wf, &mut state, "sup");
+    answer(&wf, &mut state, next_worker(json!(["researcher"]), json!(0.9)));
+    step(&wf, &mut state, "dispatch");
+    let child_run_id = state.nodes["dispatch"].child_run_id.clone().unwrap();
+    // Quotes escape to two bytes: the cut must leave room for them too.
+    let facts = "\"quoted\" ".repeat(MAX_OUTPUT_CHARS);
+    let finished = Input::ChildFinished {
+        node_id: "dispatch".into(),
+        child_run_id: child_run_id.clone(),
+        status: RunStatus::Completed,
+        variables: json!({"facts": facts}).as_object().cloned().unwrap(),
+        error: None,
+    };
+    apply(&wf, &mut state, finished, 3);
+    step(&wf, &mut state, "sup");
+    let request = &state.nodes["sup"].activity.as_ref().unwrap().request;
+    let entry = &request["inputs"]["trellis.orchestration"]["history"][1];
+    assert_eq!(entry["workerId"], "researcher", "{entry}");
+    assert_eq!(entry["status"], "completed", "{entry}");
+    assert_eq!(entry["childRunId"], json!(child_run_id));
+    let whole = json!({"facts": facts}).to_string();
+    assert_eq!(entry["outputsTruncated"], json!({"totalChars": whole.len()}));
+    let shown = entry["outputs"].as_str().expect("the cut outputs are their JSON text");
+    assert!(shown.starts_with("{\"facts\":\"\\\"quoted") && whole.starts_with(shown), "escaped once: {shown:.40}");
+    let length = entry.to_string().len();
+    assert!(length <= MAX_OUTPUT_CHARS && length > MAX_OUTPUT_CHARS - 16, "the entry fills its room: {length}");
+}
+
+#[test]
 fn a_low_confidence_answer_is_held_until_ratified() {
     let wf = looped(&model_registry(), supervisor_config(json!({})));
     let mut state = started(&wf);

@@ -27,7 +27,8 @@ use super::{plan_of, Decision, Proposal};
 pub const CONTEXT_INPUT: &str = "trellis.orchestration";
 /// History entries the model sees at most (the latest ones).
 pub const MAX_HISTORY: usize = 20;
-/// The longest JSON text of one worker's outputs the model sees (longer ones are cut).
+/// The longest JSON text (in bytes) of one worker's history entry, or of the user's answer,
+/// the model sees: a longer entry has its `outputs` cut, once, to fit ([`worker_entry`]).
 pub const MAX_OUTPUT_CHARS: usize = 4_000;
 /// Config keys of a model-backed supervisor.
 const FIELDS: [&str; 13] = [
@@ -268,24 +269,60 @@ pub fn read_answer(config: &ModelConfig, answer: &Value) -> Result<Proposal, Vec
     Ok(Proposal { decision, confidence })
 }
 
+/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
+fn prefix(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// `value` as the model is shown it: its JSON text cut at [`MAX_OUTPUT_CHARS`] when longer.
 pub fn shown(value: &Value) -> Value {
     let text = value.to_string();
     if text.len() <= MAX_OUTPUT_CHARS {
         return value.clone();
     }
-    let mut end = MAX_OUTPUT_CHARS;
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    json!(format!("{}… (cut)", prefix(&text, MAX_OUTPUT_CHARS)))
+}
+
+/// The history entry of a harvested worker: `{workerId, childRunId, status, outputs}`. When its
+/// JSON text is longer than [`MAX_OUTPUT_CHARS`], only `outputs` is cut: it becomes the start of
+/// its JSON text (a string), as long as the other fields leave room for, and the entry says so
+/// with `outputsTruncated: {totalChars}` (the length of the whole outputs' JSON text).
+pub fn worker_entry(worker_id: &str, child_run_id: &str, status: &str, outputs: &Value) -> Value {
+    let mut entry = json!({ "workerId": worker_id, "childRunId": child_run_id, "status": status, "outputs": outputs });
+    if entry.to_string().len() <= MAX_OUTPUT_CHARS {
+        return entry;
     }
-    json!(format!("{}… (cut)", &text[..end]))
+    let text = outputs.to_string();
+    entry["outputs"] = json!("");
+    entry["outputsTruncated"] = json!({ "totalChars": text.len() });
+    // The longest cut that fits, escaping included (a binary search over its raw length).
+    let fits = |entry: &mut Value, room: usize| {
+        entry["outputs"] = json!(prefix(&text, room));
+        entry.to_string().len() <= MAX_OUTPUT_CHARS
+    };
+    let (mut low, mut high) = (0, MAX_OUTPUT_CHARS.min(text.len()));
+    while low < high {
+        let mid = (low + high).div_ceil(2);
+        if fits(&mut entry, mid) {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    entry["outputs"] = json!(prefix(&text, low));
+    entry
 }
 
 /// The engine's orchestration context for one tick: `{tick, history (the latest
-/// [`MAX_HISTORY`]), userAnswer?}`.
+/// [`MAX_HISTORY`], as recorded: worker outputs were cut once, by [`worker_entry`]),
+/// userAnswer? (cut by [`shown`])}`.
 pub fn context(tick: u32, history: &[Value], user_answer: Option<&Value>) -> Value {
     let latest = &history[history.len().saturating_sub(MAX_HISTORY)..];
-    let mut context = json!({ "tick": tick, "history": latest.iter().map(shown).collect::<Vec<_>>() });
+    let mut context = json!({ "tick": tick, "history": latest });
     if let Some(answer) = user_answer.filter(|a| !a.is_null()) {
         context["userAnswer"] = shown(answer);
     }
@@ -300,7 +337,8 @@ pub fn prompt(config: &ModelConfig, context: &Value) -> (String, String) {
          object {\"decision\": …} matching the response schema: every field present, null when it does not apply. \
          nextWorkerInputs items are JSON-encoded objects of the worker's inputs, one per worker id, or null. \
          confidence is your confidence in the decision, from 0 to 1. When you terminate, judge every success \
-         criterion honestly (met: false when it is not satisfied).",
+         criterion honestly (met: false when it is not satisfied). A history entry with outputsTruncated shows only \
+         the start of the worker's outputs, as JSON text.",
     );
     if let Some(instructions) = &config.instructions {
         system.push_str("\n\n");

@@ -104,10 +104,13 @@ fn the_schema_lists_the_catalog_and_the_prompt_carries_goal_workers_history_and_
     assert!(crate::schema::check_against(&schema, &json!({"decision": {"kind": "ask-user"}})).is_err());
     let history = vec![
         json!({"decision": {"kind": "next-worker", "nextWorkerIds": ["a"]}}),
-        json!({"workerId": "a", "outputs": {"long": "x".repeat(MAX_OUTPUT_CHARS)}}),
+        worker_entry("a", "run-1", "completed", &json!({"long": "x".repeat(MAX_OUTPUT_CHARS)})),
     ];
     let context = context(2, &history, Some(&json!("blue")));
-    assert!(context["history"][1].is_string(), "long outputs are cut");
+    assert_eq!(context["history"], json!(history), "entries are shown as recorded, never cut again");
+    assert_eq!(context["history"][1]["outputsTruncated"]["totalChars"], MAX_OUTPUT_CHARS + 11);
+    let small = worker_entry("a", "run-1", "completed", &json!({"short": 1}));
+    assert_eq!(small, json!({"workerId": "a", "childRunId": "run-1", "status": "completed", "outputs": {"short": 1}}));
     let (system, user) = prompt(&config, &context);
     assert!(system.contains("exactly one decision"));
     for expected in ["\"goal\": \"g\"", "\"bee\"", "\"done\"", "\"userAnswer\": \"blue\"", "\"tick\": 2"] {
