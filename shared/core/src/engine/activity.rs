@@ -136,6 +136,7 @@ impl Transition<'_> {
                 self.set_variable(node_id, Value::Object(outputs.clone()));
                 self.complete_node(node_id, outputs, false);
             }
+            Err(error) if self.is_agent(node_id) && self.agent_step_failed(node_id, &error).is_some() => {}
             Err(error) => {
                 // An agent's steps share the node's attempt numbers; its policy counts per step.
                 let (next, attempt) = (attempt + 1, attempt - self.step_base(node_id));
@@ -196,6 +197,9 @@ impl Transition<'_> {
             return Verdict::Later;
         }
         let Some(type_id) = self.workflow.node(node_id).map(|node| node.type_id.clone()) else { return Verdict::Stale };
+        if self.is_agent(node_id) && self.agent_held_due(node_id) {
+            return Verdict::Applied;
+        }
         if self.workflow.activity(node_id).is_some() && !self.budget_admits(node_id, attempt) {
             return Verdict::Applied;
         }

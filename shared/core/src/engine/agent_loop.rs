@@ -58,6 +58,9 @@ struct LoopState {
     current: Option<CurrentCall>,
     /// The final outputs, while a low-confidence decision waits.
     outputs: Option<Map<String, Value>>,
+    /// The next pending call waits on the tool-call budget gate (`onExhaustion: interrupt`):
+    /// it is issued when the gate is accepted.
+    gated: bool,
 }
 
 /// The tool call in flight.
@@ -98,7 +101,22 @@ impl Transition<'_> {
         if !self.is_agent(node_id) {
             return 0;
         }
-        self.request(node_id).map_or(0, |request| read_loop(&request).step_attempt)
+        self.request(node_id).and_then(|request| read_loop(&request).ok()).map_or(0, |state| state.step_attempt)
+    }
+
+    /// The loop state in `request`; a state that does not read fails the node (a corrupt
+    /// state must never restart the counts of turns and tool calls).
+    fn loop_state(&mut self, node_id: &str, request: &Value) -> Option<LoopState> {
+        match read_loop(request) {
+            Ok(state) => Some(state),
+            Err(message) => {
+                self.fail_node(
+                    node_id,
+                    RunError::new(STATE_INVALID_CODE, format!("the agent's saved loop state does not read: {message}")),
+                );
+                None
+            }
+        }
     }
 
     fn request(&self, node_id: &str) -> Option<Value> {
@@ -133,13 +151,36 @@ impl Transition<'_> {
         if request.pointer("/step/kind").and_then(Value::as_str) == Some("http") {
             let outcome = match outputs.get("status").and_then(Value::as_str) {
                 Some("ok") => Ok(outputs.get("result").cloned().unwrap_or(Value::Null)),
-                _ => Err(outputs.get("error").cloned().unwrap_or_else(|| json!({ "code": "tool_failed" }))),
+                _ => Err(outputs.get("error").cloned().unwrap_or_else(|| {
+                    json!({ "code": "tool_failed", "message": "the tool step reported neither a result nor an error" })
+                })),
             };
             self.tool_returned(node_id, &config, &agent_id, outcome);
         } else {
             self.turn_done(node_id, &config, &agent_id, request, &outputs);
         }
         Verdict::Applied
+    }
+
+    /// A step of the agent `node_id` failed with `error`. An HTTP tool step is never retried
+    /// (a retry would send its request again) and never fails the node: the error is the
+    /// tool's result for the model. `None` for a model turn (the node's retry policy applies).
+    pub(super) fn agent_step_failed(
+        &mut self,
+        node_id: &str,
+        error: &crate::activity::ActivityError,
+    ) -> Option<Verdict> {
+        let request = self.request(node_id)?;
+        if request.pointer("/step/kind").and_then(Value::as_str) != Some("http") {
+            return None;
+        }
+        let Some((config, agent_id)) = self.agent_config(node_id) else { return Some(Verdict::Applied) };
+        let mut object = json!({ "code": error.code, "message": error.message });
+        if let Some(details) = &error.details {
+            object["details"] = details.clone();
+        }
+        self.tool_returned(node_id, &config, &agent_id, Err(object));
+        Some(Verdict::Applied)
     }
 
     fn turn_done(
@@ -150,9 +191,11 @@ impl Transition<'_> {
         mut request: Value,
         outputs: &Map<String, Value>,
     ) {
-        let mut state = read_loop(&request);
+        let Some(mut state) = self.loop_state(node_id, &request) else { return };
         state.turns += 1;
-        if let Some(reasoning) = outputs.get("reasoning").and_then(Value::as_str).filter(|text| !text.is_empty()) {
+        let verbosity = self.state.configurable.as_ref().and_then(|c| c.get("reasoningVerbosity"));
+        let reasoning = outputs.get("reasoning").and_then(Value::as_str).filter(|text| !text.is_empty());
+        if let Some(reasoning) = reasoning.filter(|_| verbosity.and_then(Value::as_str) != Some("off")) {
             // Discovery's `agents.reasoning`: summaries of at most `tokenLimit` tokens, counted
             // as whitespace-separated words (a token is never longer than one).
             let words: Vec<&str> = reasoning.split_whitespace().collect();
@@ -177,8 +220,24 @@ impl Transition<'_> {
                 Some(json!({ "maxTurns": config.max_turns, "turns": state.turns, "toolCalls": state.tool_calls }));
             return self.fail_node(node_id, error);
         }
+        let mut calls = calls;
+        let refused = calls.split_off(calls.len().min(MAX_CALLS_PER_ANSWER));
         if let Some(messages) = request.get_mut("messages").and_then(Value::as_array_mut) {
-            messages.push(json!({ "role": "assistant", "content": text, "toolCalls": calls }));
+            let mut all = calls.clone();
+            all.extend(refused.iter().cloned());
+            messages.push(json!({ "role": "assistant", "content": text, "toolCalls": all }));
+            // The calls over the per-answer limit are not made: the model is told so.
+            for call in &refused {
+                let error = json!({ "code": CALL_LIMIT_CODE, "message": format!(
+                    "refused: one answer may ask for at most {MAX_CALLS_PER_ANSWER} tool calls; ask again in the next turn"
+                ) });
+                messages.push(json!({
+                    "role": "tool", "toolCallId": call.get("id").cloned().unwrap_or_else(|| json!("")),
+                    "name": call.get("name").cloned().unwrap_or_else(|| json!("")),
+                    "content": json!({ "error": error }).to_string(),
+                }));
+            }
+            compact(messages);
         }
         state.pending = calls;
         self.store(node_id, request, &state);
@@ -256,18 +315,26 @@ impl Transition<'_> {
     /// A low-confidence decision of the agent was accepted: the node completes with the
     /// outputs it held.
     pub(super) fn agent_accepted(&mut self, node_id: &str) {
-        let outputs = self.request(node_id).and_then(|request| read_loop(&request).outputs).unwrap_or_default();
+        let outputs =
+            self.request(node_id).and_then(|request| read_loop(&request).ok()).and_then(|state| state.outputs);
+        let outputs = outputs.unwrap_or_default();
         self.agent_complete(node_id, outputs);
     }
 
     /// The next step: the next pending tool call, else the next model turn.
     fn next_step(&mut self, node_id: &str, config: &AgentConfig, agent_id: &str) {
         let Some(mut request) = self.request(node_id) else { return };
-        let mut state = read_loop(&request);
+        let Some(mut state) = self.loop_state(node_id, &request) else { return };
         if state.pending.is_empty() {
             state.current = None;
             request["step"] = json!({ "kind": "model", "turn": state.turns + 1 });
             return self.execute_step(node_id, request, state, true);
+        }
+        // `budget.maxToolCalls` under `onExhaustion: interrupt`: a call over the limit waits
+        // on the gate before it is made (it is issued from the gate's acceptance).
+        if self.budget_tool_call_gated(node_id) {
+            state.gated = true;
+            return self.store(node_id, request, &state);
         }
         let call = state.pending.remove(0);
         let index = state.tool_calls;
@@ -320,8 +387,66 @@ impl Transition<'_> {
                     json!({ "kind": "http", "callId": call_id, "tool": name, "http": http, "arguments": arguments });
                 self.execute_step(node_id, request, state, false);
             }
-            Some(ToolTransport::Workflow(workflow_id)) => self.spawn_child(node_id, workflow_id, Some(index as usize)),
+            Some(ToolTransport::Workflow(workflow_id)) => {
+                if self.state.status == RunStatus::Paused && !self.drains_current_node() {
+                    // An immediate pause holds the child's start as it holds any step.
+                    request["step"] = json!({ "kind": "workflow", "callId": call_id, "tool": name });
+                    return self.hold_step(node_id, request, &state);
+                }
+                self.spawn_child(node_id, workflow_id, Some(index as usize));
+            }
         }
+    }
+
+    /// Holds the step in `request` as a due retry timer of the node's current attempt
+    /// (`:resume` fires it; [`Self::agent_held_due`] then starts it).
+    fn hold_step(&mut self, node_id: &str, request: Value, state: &LoopState) {
+        self.store(node_id, request, state);
+        let due_at = self.now;
+        let node = self.node_mut(node_id);
+        let attempt = node.activity.as_ref().map_or(0, |progress| progress.attempt);
+        node.status = NodeStatus::Retrying;
+        node.wake_at = Some(due_at);
+        let activation = node.activation;
+        self.effects.push(Effect::Retry { node_id: node_id.to_owned(), activation, attempt, due_at });
+    }
+
+    /// A held step's timer fired: a held workflow tool starts its child run (`true`); any
+    /// other step is the caller's (`false`).
+    pub(super) fn agent_held_due(&mut self, node_id: &str) -> bool {
+        let Some(request) = self.request(node_id) else { return false };
+        if request.pointer("/step/kind").and_then(Value::as_str) != Some("workflow") {
+            return false;
+        }
+        let Some(state) = self.loop_state(node_id, &request) else { return true };
+        let Some((config, _)) = self.agent_config(node_id) else { return true };
+        let tool = state.current.as_ref().and_then(|current| config.tool(&current.tool)).map(|tool| &tool.transport);
+        let Some(ToolTransport::Workflow(workflow_id)) = tool.cloned() else { return false };
+        self.node_mut(node_id).wake_at = None;
+        let index = state.tool_calls.saturating_sub(1) as usize;
+        self.spawn_child(node_id, workflow_id, Some(index));
+        true
+    }
+
+    /// The tool-call budget gate was accepted: the held call is made now (`true`), or this
+    /// is not an agent held on it (`false`).
+    pub(super) fn agent_gate_resumed(&mut self, node_id: &str) -> bool {
+        if !self.is_agent(node_id) {
+            return false;
+        }
+        let Some(request) = self.request(node_id) else { return false };
+        let Some(mut state) = self.loop_state(node_id, &request) else { return true };
+        if !state.gated {
+            return false;
+        }
+        state.gated = false;
+        self.store(node_id, request, &state);
+        let Some((config, agent_id)) = self.agent_config(node_id) else { return true };
+        let node = self.node_mut(node_id);
+        node.status = NodeStatus::Executing;
+        node.wake_at = None;
+        self.next_step(node_id, &config, &agent_id);
+        true
     }
 
     /// Issues the step in `request` as the node's next attempt.
@@ -357,7 +482,7 @@ impl Transition<'_> {
     /// The tool call in flight returned `outcome` (a result, or an error object).
     fn tool_returned(&mut self, node_id: &str, config: &AgentConfig, agent_id: &str, outcome: Result<Value, Value>) {
         let Some(mut request) = self.request(node_id) else { return };
-        let mut state = read_loop(&request);
+        let Some(mut state) = self.loop_state(node_id, &request) else { return };
         let Some(current) = state.current.take() else { return };
         let mut payload = json!({
             "agentId": agent_id, "toolName": current.tool, "toolId": current.tool, "callId": current.call_id,
@@ -365,15 +490,31 @@ impl Transition<'_> {
         });
         let content = match &outcome {
             Ok(result) => {
-                payload["outcome"] = result.clone();
-                payload["result"] = result.clone();
+                let text = result.to_string();
+                // The event keeps at most MAX_OUTCOME_BYTES of the result (then as a string).
+                let shown = if text.len() > MAX_OUTCOME_BYTES {
+                    payload["truncated"] = json!(true);
+                    json!(cut_bytes(&text, MAX_OUTCOME_BYTES))
+                } else {
+                    result.clone()
+                };
+                payload["outcome"] = shown.clone();
+                payload["result"] = shown;
                 payload["status"] = json!("ok");
-                result.to_string()
+                text
             }
             Err(error) => {
-                payload["error"] = error.clone();
+                let text = json!({ "error": error }).to_string();
+                payload["error"] = if text.len() > MAX_OUTCOME_BYTES {
+                    payload["truncated"] = json!(true);
+                    let message = error.get("message").and_then(Value::as_str).unwrap_or_default();
+                    json!({ "code": error.get("code").cloned().unwrap_or_else(|| json!("tool_failed")),
+                            "message": cut_bytes(message, MAX_OUTCOME_BYTES / 2) })
+                } else {
+                    error.clone()
+                };
                 payload["status"] = json!("error");
-                json!({ "error": error }).to_string()
+                text
             }
         };
         self.emit_caused(types::AGENT_TOOL_RETURNED, Some(node_id), payload, current.called);
@@ -382,6 +523,7 @@ impl Transition<'_> {
             messages.push(json!({
                 "role": "tool", "toolCallId": current.provider_call_id, "name": current.tool, "content": content,
             }));
+            compact(messages);
         }
         self.store(node_id, request, &state);
         self.next_step(node_id, config, agent_id);
@@ -419,6 +561,64 @@ impl Transition<'_> {
 /// transcript, and every later turn sends it).
 pub const MAX_RESULT_CHARS: usize = 32 * 1024;
 
+/// The most bytes the transcript (`request.messages`, sent with every turn and kept in the
+/// run's state) may take: past it the oldest tool results, then the oldest assistant texts
+/// and call arguments, are elided (the instructions and the first prompt are kept).
+pub(super) const MAX_TRANSCRIPT_BYTES: usize = 128 * 1024;
+/// The most bytes of a tool's result or error an `agent.toolReturned` carries (past it the
+/// event has `truncated: true` and the cut JSON text).
+pub(super) const MAX_OUTCOME_BYTES: usize = 16 * 1024;
+/// The most tool calls of one answer that are made; the model is told the rest were refused.
+pub(super) const MAX_CALLS_PER_ANSWER: usize = 16;
+/// The tool error of a call over [`MAX_CALLS_PER_ANSWER`].
+pub(super) const CALL_LIMIT_CODE: &str = "tool_call_limit";
+/// The node error of a loop state that does not read.
+pub(super) const STATE_INVALID_CODE: &str = "agent_state_invalid";
+/// What replaces an elided tool result.
+const ELIDED_RESULT: &str = "[elided by the host: this earlier tool result was removed to keep the transcript small]";
+/// What replaces an elided assistant text.
+const ELIDED_TEXT: &str = "[elided by the host to keep the transcript small]";
+
+fn size(messages: &[Value]) -> usize {
+    messages.iter().map(|message| message.to_string().len() + 1).sum()
+}
+
+/// Elides the oldest tool results, then the oldest assistant texts and call arguments,
+/// until `messages` fit in [`MAX_TRANSCRIPT_BYTES`]; system and user messages are kept.
+fn compact(messages: &mut [Value]) {
+    let mut total = size(messages);
+    for pass in 0..2 {
+        for message in messages.iter_mut() {
+            if total <= MAX_TRANSCRIPT_BYTES {
+                return;
+            }
+            let before = message.to_string().len();
+            match (pass, message.get("role").and_then(Value::as_str)) {
+                (0, Some("tool")) if message["content"] != ELIDED_RESULT => message["content"] = json!(ELIDED_RESULT),
+                (1, Some("assistant")) => {
+                    if message["content"].as_str().is_some_and(|text| text.len() > ELIDED_TEXT.len()) {
+                        message["content"] = json!(ELIDED_TEXT);
+                    }
+                    for call in message["toolCalls"].as_array_mut().into_iter().flatten() {
+                        call["arguments"] = json!({ "elided": true });
+                    }
+                }
+                _ => continue,
+            }
+            total = total - before + message.to_string().len();
+        }
+    }
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary).
+fn cut_bytes(text: &str, max: usize) -> String {
+    let mut at = max.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    text[..at].to_owned()
+}
+
 /// `text` cut to `max` characters, marked when cut.
 fn cut(text: String, max: usize) -> String {
     match text.char_indices().nth(max) {
@@ -427,6 +627,10 @@ fn cut(text: String, max: usize) -> String {
     }
 }
 
-fn read_loop(request: &Value) -> LoopState {
-    request.get("loop").and_then(|state| serde_json::from_value(state.clone()).ok()).unwrap_or_default()
+/// The loop state at `request.loop` (the default before the first step stored one).
+fn read_loop(request: &Value) -> Result<LoopState, String> {
+    match request.get("loop") {
+        None | Some(Value::Null) => Ok(LoopState::default()),
+        Some(state) => serde_json::from_value(state.clone()).map_err(|error| error.to_string()),
+    }
 }

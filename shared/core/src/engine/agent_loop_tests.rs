@@ -407,7 +407,7 @@ fn a_failed_child_is_the_tools_error_and_a_cancel_cancels_the_child_in_flight() 
 }
 
 #[test]
-fn a_long_tool_result_is_cut_in_the_transcript_but_not_in_the_event() {
+fn a_long_tool_result_is_cut_in_the_transcript_and_capped_in_the_event() {
     let wf = agent_workflow(json!({}));
     let mut state = pending(&wf, json!({}));
     let body = "x".repeat(agent_loop::MAX_RESULT_CHARS * 2);
@@ -417,11 +417,161 @@ fn a_long_tool_result_is_cut_in_the_transcript_but_not_in_the_event() {
         Answer::Step(turn("done", json!([]))),
     ];
     let (log, requests) = run(&wf, &mut state, script);
-    assert_eq!(event(&log, "agent.toolReturned").payload["outcome"]["body"].as_str().unwrap().len(), body.len());
+    let returned = &event(&log, "agent.toolReturned").payload;
+    assert_eq!(returned["truncated"], true, "the event's outcome is capped");
+    let shown = returned["outcome"].as_str().unwrap();
+    assert!(shown.len() <= agent_loop::MAX_OUTCOME_BYTES && shown.starts_with("{\"body\":\"xxx"), "{}", shown.len());
     let sent = requests[2]["messages"][2]["content"].as_str().unwrap();
     assert!(
         sent.chars().count() < agent_loop::MAX_RESULT_CHARS + 100 && sent.ends_with("characters]"),
         "{}",
         sent.len()
     );
+}
+
+fn accept(node_id: &str, value: Value) -> Input {
+    Input::Resolve(Resolution {
+        node_id: node_id.into(),
+        interrupt_id: None,
+        value,
+        resolver: Resolver::Principal("ops".into()),
+        prior_vote: None,
+    })
+}
+
+fn transcript_bytes(request: &Value) -> usize {
+    request["messages"].as_array().unwrap().iter().map(|message| message.to_string().len() + 1).sum()
+}
+
+#[test]
+fn the_transcript_stays_under_its_cap_eliding_the_oldest_tool_results() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    let calls: Vec<Value> = (0..8).map(|i| call(&format!("p-{i}"), "lookup", json!({ "i": i }))).collect();
+    let mut script = vec![Answer::Step(turn("", Value::Array(calls)))];
+    for i in 0..8 {
+        let body = format!("{i}").repeat(30_000);
+        script.push(Answer::Step(success(json!({ "status": "ok", "result": { "body": body } }))));
+    }
+    script.push(Answer::Step(turn("done", json!([]))));
+    let (_, requests) = run(&wf, &mut state, script);
+    let last = requests.last().unwrap();
+    assert!(transcript_bytes(last) <= agent_loop::MAX_TRANSCRIPT_BYTES, "{}", transcript_bytes(last));
+    let messages = last["messages"].as_array().unwrap();
+    let tools: Vec<&Value> = messages.iter().filter(|message| message["role"] == "tool").collect();
+    assert_eq!(tools.len(), 8, "every call keeps its answer");
+    assert!(tools[0]["content"].as_str().unwrap().starts_with("[elided by the host"), "the oldest goes first");
+    assert!(tools[7]["content"].as_str().unwrap().contains("7777"), "the latest result is kept");
+    assert_eq!(messages[0], requests[0]["messages"][0], "the first messages are kept");
+    assert_eq!(state.status, RunStatus::Completed);
+}
+
+#[test]
+fn calls_over_the_per_answer_limit_are_refused_to_the_model() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    let extra = agent_loop::MAX_CALLS_PER_ANSWER + 2;
+    let calls: Vec<Value> = (0..extra).map(|i| call(&format!("p-{i}"), "nope", json!({}))).collect();
+    let script = vec![Answer::Step(turn("", Value::Array(calls))), Answer::Step(turn("ok", json!([])))];
+    let (log, requests) = run(&wf, &mut state, script);
+    let called = log.iter().filter(|event| event.event_type == "agent.toolCalled").count();
+    assert_eq!(called, agent_loop::MAX_CALLS_PER_ANSWER);
+    let messages = requests[1]["messages"].as_array().unwrap();
+    let refused: Vec<&Value> = messages
+        .iter()
+        .filter(|message| message["content"].as_str().is_some_and(|c| c.contains(agent_loop::CALL_LIMIT_CODE)))
+        .collect();
+    assert_eq!(refused.len(), 2, "the two extra calls are answered as refused");
+    assert_eq!(messages.iter().filter(|message| message["role"] == "tool").count(), extra);
+    assert_eq!(state.nodes["agent"].outputs["toolCalls"], agent_loop::MAX_CALLS_PER_ANSWER);
+}
+
+#[test]
+fn a_failed_http_tool_step_is_the_tools_error_and_is_never_retried() {
+    let retry = json!({ "retry": { "maxAttempts": 3, "initialIntervalMs": 10, "jitter": "none" } });
+    let wf = agent_workflow_with(json!({}), retry);
+    let mut state = pending(&wf, json!({}));
+    let script = vec![
+        Answer::Step(turn("", json!([call("p", "lookup", json!({}))]))),
+        Answer::Step(transient("heartbeat_timeout")),
+        Answer::Step(turn("the tool is down", json!([]))),
+    ];
+    let (log, requests) = run(&wf, &mut state, script);
+    assert!(!names(&log).contains(&"node.retried"), "the POST is not sent again");
+    let returned = event(&log, "agent.toolReturned");
+    assert_eq!(
+        (returned.payload["status"].as_str(), returned.payload["error"]["code"].as_str()),
+        (Some("error"), Some("heartbeat_timeout"))
+    );
+    let kinds: Vec<&str> = requests.iter().map(|r| r["step"]["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["model", "http", "model"]);
+    assert_eq!(state.status, RunStatus::Completed);
+}
+
+#[test]
+fn under_interrupt_a_call_over_max_tool_calls_waits_on_the_gate_before_it_is_made() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    state.configurable = Some(json!({ "budget": { "maxToolCalls": 1, "onExhaustion": "interrupt" } }));
+    let two = json!([call("a", "lookup", json!({})), call("b", "lookup", json!({}))]);
+    let ok = || Answer::Step(success(json!({ "status": "ok", "result": {} })));
+    let (log, requests) = drive(&wf, &mut state, Input::Start, vec![Answer::Step(turn("", two)), ok()]);
+    assert_eq!(requests.len(), 2, "only the first call went out");
+    assert_eq!(log.iter().filter(|event| event.event_type == "agent.toolCalled").count(), 1);
+    assert_eq!(state.status, RunStatus::WaitingApproval);
+    let resume = accept("agent", json!({ "action": "accept", "data": { "budget": { "maxToolCalls": 1 } } }));
+    let (log, requests) = drive(&wf, &mut state, resume, vec![ok(), Answer::Step(turn("done", json!([])))]);
+    assert_eq!(log.iter().filter(|event| event.event_type == "agent.toolCalled").count(), 1);
+    assert_eq!(requests[0]["step"]["kind"], "http", "the held call is made from the gate's acceptance");
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.nodes["agent"].outputs["toolCalls"], 2);
+}
+
+#[test]
+fn an_immediate_pause_holds_a_workflow_tools_child_until_resume() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 1_000);
+    apply(&wf, &mut state, Input::Step { node_id: "agent".into(), activation: 1 }, 1_000);
+    let pause = Input::Pause { reason: None, drain_policy: crate::run::DrainPolicy::Immediate };
+    apply(&wf, &mut state, pause, 1_005);
+    let result = turn("", json!([call("p", "escalate", json!({ "ticket": 7 }))]));
+    let finished = Input::ActivityFinished { node_id: "agent".into(), activation: 1, attempt: 0, result };
+    let outcome = apply(&wf, &mut state, finished, 1_010);
+    assert!(!outcome.effects.iter().any(|effect| matches!(effect, Effect::StartChild { .. })), "{:?}", outcome.effects);
+    assert!(state.child_runs.is_empty(), "no child while paused");
+    let held = Input::RetryDue { node_id: "agent".into(), activation: 1, attempt: 0 };
+    assert_ne!(apply(&wf, &mut state, held.clone(), 1_020).verdict, Verdict::Applied, "held while paused");
+    apply(&wf, &mut state, Input::Resume { reason: None }, 1_030);
+    let outcome = apply(&wf, &mut state, held, 1_040);
+    assert!(outcome
+        .effects
+        .iter()
+        .any(|effect| matches!(effect, Effect::StartChild { workflow_id, .. } if workflow_id == "child")));
+    assert_eq!(agent_loop::tool_inputs(&state, "agent"), json!({ "ticket": 7 }).as_object().cloned().unwrap());
+}
+
+#[test]
+fn a_loop_state_that_does_not_read_fails_the_node_instead_of_resetting_its_counts() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 1_000);
+    apply(&wf, &mut state, Input::Step { node_id: "agent".into(), activation: 1 }, 1_000);
+    let progress = state.nodes.get_mut("agent").unwrap().activity.as_mut().unwrap();
+    progress.request["loop"] = json!({ "turns": "three" });
+    let result = turn("", json!([call("p", "lookup", json!({}))]));
+    let finished = Input::ActivityFinished { node_id: "agent".into(), activation: 1, attempt: 0, result };
+    let outcome = apply(&wf, &mut state, finished, 1_010);
+    assert_eq!(event(&outcome.events, "node.failed").payload["error"]["code"], agent_loop::STATE_INVALID_CODE);
+}
+
+#[test]
+fn reasoning_verbosity_off_emits_no_reasoned_event() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    state.configurable = Some(json!({ "reasoningVerbosity": "off" }));
+    let answer = success(json!({ "text": "ok", "toolCalls": [], "reasoning": "thinking" }));
+    let (log, _) = run(&wf, &mut state, vec![Answer::Step(answer)]);
+    assert!(!names(&log).contains(&"agent.reasoned"));
+    assert_eq!(state.status, RunStatus::Completed);
 }

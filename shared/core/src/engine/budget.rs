@@ -113,6 +113,33 @@ impl Transition<'_> {
         self.consume_budget(node_id, &[(Dimension::ToolCalls, 1.0)])
     }
 
+    /// Under `onExhaustion: interrupt`, whether one more tool call of `node_id` would exceed
+    /// `maxToolCalls`: then the node was suspended on the budget gate (`budget.exhausted`
+    /// first) and the caller holds the call until [`Transition::budget_resumed`].
+    pub(super) fn budget_tool_call_gated(&mut self, node_id: &str) -> bool {
+        let Some(state) = self.state.ai.budget.as_mut() else { return false };
+        if state.policy.on_exhaustion != OnExhaustion::Interrupt {
+            return false;
+        }
+        let Some(limit) = state.policy.limits.get(Dimension::ToolCalls) else { return false };
+        if state.consumed.get(Dimension::ToolCalls) + 1.0 <= limit {
+            return false;
+        }
+        if let Some((event_type, payload)) = state.exhaust(Dimension::ToolCalls) {
+            self.emit(event_type, Some(node_id), payload);
+        }
+        let Some(state) = self.state.ai.budget.as_ref() else { return false };
+        let request = InterruptRequest {
+            kind: InterruptKind::Approval,
+            data: state.gate_data(Dimension::ToolCalls, node_id),
+            resume_schema: Some(state.gate_resume_schema()),
+            timeout_ms: None,
+            profile: None,
+        };
+        self.suspend(node_id, request);
+        true
+    }
+
     /// Whether attempt `attempt` of the activity node `node_id` may go out now. When it may
     /// not, the node was failed (model policy), suspended on an exhaustion interrupt, or the
     /// run failed — the caller issues nothing.
@@ -192,7 +219,7 @@ impl Transition<'_> {
         else {
             return;
         };
-        if !self.budget_admits(node_id, attempt) {
+        if !self.budget_admits(node_id, attempt) || self.agent_gate_resumed(node_id) {
             return;
         }
         if attempt > 0 {
