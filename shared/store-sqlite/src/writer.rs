@@ -1,8 +1,8 @@
 //! Group commit. Run creations, commits and task acknowledgements are serialized by their
 //! callers (outside any lock) and queued to one writer thread, which takes everything queued
-//! — up to [`MAX_GROUP`] writes — and applies it in one transaction, each write inside its
-//! own savepoint (a write that loses its version race or finds its idempotency key taken is
-//! rolled back alone), then commits once: one fsync for the whole group, with
+//! — up to [`MAX_GROUP`] writes — and applies it in one transaction (a write that loses its
+//! version race or finds its idempotency key taken writes nothing; one that fails midway is
+//! rolled back alone, see [`apply_transaction`]), then commits once: one fsync for the whole group, with
 //! `synchronous=FULL` unchanged. While the writer waits on the disk, the next group queues.
 //! A caller's future resolves once its group is durable (a group of task acknowledgements
 //! alone is written without its own fsync, see [`apply_group`]).
