@@ -146,3 +146,31 @@ async fn the_research_supervisor_example_researches_writes_and_terminates() {
     assert_eq!(fake.request_count(), 5);
     host.stop().await;
 }
+
+/// A model-backed supervisor is checked by the host's executor at registration: a template
+/// error in `goal` is a `400` naming the field; a Bedrock route on the embedded host (which
+/// serves no Bedrock) is `422 capability_required`; the model is never called.
+#[tokio::test]
+async fn a_model_backed_supervisor_is_checked_at_registration() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeModel::start().await;
+    let (host, client) = host(&fake, dir.path(), Vec::new()).await;
+    let workflow = |id: &str, config: Value| {
+        json!({"id": id, "name": id,
+               "nodes": [{"id": "sup", "typeId": "core.orchestrator.supervisor", "config": config},
+                         {"id": "dispatch", "typeId": "core.dispatch", "config": {}}],
+               "edges": [{"id": "e1", "sourceNodeId": "sup", "targetNodeId": "dispatch"}]})
+    };
+    let broken = workflow("sm-broken", json!({"route": "fake/fake-model", "goal": "Answer {{variables.question"}));
+    let (status, body) = client.request("POST", "/v1/workflows", Some(broken)).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["details"]["nodeId"], "sup", "{body}");
+    assert!(body["details"]["problem"].as_str().is_some_and(|p| p.contains("`goal`")), "{body}");
+    let on_bedrock = workflow("sm-bedrock", json!({"route": "bedrock/amazon.nova-micro-v1:0", "goal": "g"}));
+    let (status, body) = client.request("POST", "/v1/workflows", Some(on_bedrock)).await;
+    assert_eq!((status, body["error"].as_str()), (422, Some("capability_required")), "{body}");
+    assert_eq!(body["details"]["requiredCapability"], "aiProviders.bedrock", "{body}");
+    assert_eq!(body["details"]["nodeId"], "sup", "{body}");
+    assert_eq!(fake.request_count(), 0);
+    host.stop().await;
+}

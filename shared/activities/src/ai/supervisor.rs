@@ -81,9 +81,12 @@ impl Activity for SupervisorModelActivity {
         trellis_core::model::graph::SUPERVISOR_TYPE_ID
     }
 
-    fn check(&self, _node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue> {
+    /// The supervisor's own fields (templates in `goal` and `instructions` included), then
+    /// `core.ai.callPrompt`'s check of the tick's call: its parameters and the provider this
+    /// host serves (a Bedrock route on a host without Bedrock: `aiProviders.bedrock`).
+    fn check(&self, node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue> {
         let parsed = parse(config).map_err(ConfigIssue::Invalid)?;
-        node::parse(&call_config(config, &parsed)).map(drop).map_err(ConfigIssue::Invalid)
+        self.call.check(node_id, &call_config(config, &parsed))
     }
 
     /// A decision call has no side effect at the provider (the engine records its answer).

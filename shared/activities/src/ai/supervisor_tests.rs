@@ -4,6 +4,7 @@
 
 use serde_json::{json, Map, Value};
 use trellis_core::activity::{Activity, ActivityCall, NoProgress, Progress, ProgressSink};
+use trellis_core::interrupt::request::ConfigIssue;
 use trellis_core::nodes::NodeContext;
 use trellis_core::orchestrator::model::CONTEXT_INPUT;
 use trellis_testkit::fake_model::{FakeModel, ModelReply};
@@ -80,6 +81,12 @@ fn configs_are_checked_with_the_answer_schema_in_the_tier1_subset() {
     let mut hot = config();
     hot.insert("temperature".into(), json!(5));
     assert!(model_free.check("sup", &hot).is_err());
+    let mut on_bedrock = config();
+    on_bedrock.insert("route".into(), json!("bedrock/amazon.nova-micro-v1:0"));
+    assert_eq!(model_free.check("sup", &on_bedrock), Err(ConfigIssue::Capability(crate::ai::BEDROCK_CAPABILITY)));
+    let mut by_arn = config();
+    by_arn.insert("route".into(), json!("oa/arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-micro-v1:0"));
+    assert_eq!(model_free.check("sup", &by_arn), Err(ConfigIssue::Capability(crate::ai::BEDROCK_CAPABILITY)));
 }
 
 #[tokio::test]

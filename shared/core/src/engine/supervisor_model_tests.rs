@@ -7,6 +7,8 @@ use serde_json::{json, Value};
 use super::INVALID_ANSWER;
 use crate::engine::tests::pending;
 use crate::engine::{apply, Effect, Input, Outcome};
+use crate::error::DefinitionError;
+use crate::interrupt::request::ConfigIssue;
 use crate::interrupt::{Resolution, Resolver};
 use crate::model::{Bounds, Workflow};
 use crate::nodes::NodeRegistry;
@@ -249,4 +251,67 @@ fn an_ask_user_answer_reaches_the_next_tick() {
     let context = &request["inputs"]["trellis.orchestration"];
     assert_eq!(context["userAnswer"], "the evening sky");
     assert_eq!(context["history"][0]["decision"], json!({"kind": "ask-user", "prompt": "which sky?"}));
+}
+
+/// A model-backed executor whose check refuses a goal mentioning "unserved" (as a provider
+/// this host lacks) and one mentioning "broken" (as a template error).
+#[derive(Debug)]
+struct Checking;
+
+#[async_trait::async_trait]
+impl crate::activity::Activity for Checking {
+    fn type_id(&self) -> &'static str {
+        crate::model::graph::SUPERVISOR_TYPE_ID
+    }
+
+    fn check(&self, _node_id: &str, config: &serde_json::Map<String, Value>) -> Result<(), ConfigIssue> {
+        match config["goal"].as_str() {
+            Some("unserved") => Err(ConfigIssue::Capability("aiProviders.test")),
+            Some("broken") => Err(ConfigIssue::Invalid("`goal`: a broken template".into())),
+            _ => Ok(()),
+        }
+    }
+
+    fn attempt_timeout_ms(&self, _config: &serde_json::Map<String, Value>) -> u64 {
+        1_000
+    }
+
+    fn prepare(&self, _context: &crate::nodes::NodeContext<'_>) -> Result<Value, crate::run::RunError> {
+        Ok(json!({}))
+    }
+
+    async fn execute(
+        &self,
+        _call: &crate::activity::ActivityCall,
+        _progress: &dyn crate::activity::ProgressSink,
+    ) -> crate::activity::ActivityResult {
+        success(json!({}))
+    }
+}
+
+#[test]
+fn a_routed_supervisor_is_checked_by_its_registered_executor_at_registration() {
+    let registry = NodeRegistry::new().with_supervisor_model(std::sync::Arc::new(Checking));
+    let compile = |goal: &str| {
+        let document = json!({"id": "research", "name": "research",
+            "nodes": [{"id": "sup", "typeId": "core.orchestrator.supervisor", "config": {"route": "p/m", "goal": goal}}],
+            "edges": []});
+        Workflow::compile_with(document, &registry, Bounds::default())
+    };
+    match compile("broken") {
+        Err(DefinitionError::NodeConfig { node_id, path, message }) => {
+            assert_eq!((node_id.as_str(), path.as_str()), ("sup", "/nodes/0/config"));
+            assert!(message.contains("`goal`"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let gap = compile("unserved").unwrap().gap.expect("a capability gap");
+    assert_eq!(gap.required_capability, "aiProviders.test");
+    assert_eq!(gap.node_id.as_deref(), Some("sup"));
+    assert!(compile("fine").unwrap().gap.is_none());
+    // The pure kind's own checks still run first.
+    let document = json!({"id": "research", "name": "research",
+        "nodes": [{"id": "sup", "typeId": "core.orchestrator.supervisor",
+                   "config": {"route": "p/m", "goal": "fine", "iterationCap": 0}}], "edges": []});
+    assert!(Workflow::compile_with(document, &registry, Bounds::default()).is_err());
 }

@@ -147,7 +147,9 @@ pub(crate) fn pure_type_ids() -> Vec<&'static str> {
     PURE_KINDS.iter().map(|kind| kind.type_id()).collect()
 }
 
-/// A node's config check: its pure kind's, or its activity's.
+/// A node's config check: its pure kind's, or its activity's. A model-backed supervisor
+/// (a pure kind that runs as an activity, [`NodeRegistry::activity_for`]) gets both: the
+/// pure kind's, then its registered executor's (templates, the provider this host serves).
 fn check_config(
     registry: &NodeRegistry,
     node_id: &str,
@@ -155,7 +157,10 @@ fn check_config(
     config: &Map<String, Value>,
 ) -> Option<Result<(), ConfigIssue>> {
     match kind(type_id) {
-        Some(kind) => Some(kind.check(node_id, config)),
+        Some(kind) => Some(kind.check(node_id, config).and_then(|()| match registry.activity_for(type_id, config) {
+            Some(activity) => activity.check(node_id, config),
+            None => Ok(()),
+        })),
         None => registry.activity(type_id).map(|activity| activity.check(node_id, config)),
     }
 }
