@@ -39,6 +39,11 @@ use crate::http::{self, HttpRequestActivity};
 /// The prompt a node without `prompt` is prepared with; replaced by the inputs as JSON.
 const INPUTS_PROMPT: &str = "(the node's inputs)";
 
+/// The `core.http.request` code of a destination the SSRF guard refuses.
+const EGRESS_REFUSED_CODE: &str = "http_url_rejected";
+/// What the model is told of such a refusal (no resolved address, no reason).
+const EGRESS_REFUSED_MESSAGE: &str = "destination refused by the host's egress policy";
+
 /// The `vendor.trellis.agent` executor.
 #[derive(Debug, Clone)]
 pub struct AgentActivity {
@@ -99,7 +104,10 @@ impl Activity for AgentActivity {
 
     fn check(&self, _node_id: &str, config: &Map<String, Value>) -> Result<(), ConfigIssue> {
         let parsed = AgentConfig::parse(config).map_err(ConfigIssue::Invalid)?;
-        node::parse(&prompt_config(config)).map_err(|message| ConfigIssue::Invalid(renamed(message)))?;
+        let model = node::parse(&prompt_config(config)).map_err(|message| ConfigIssue::Invalid(renamed(message)))?;
+        if self.prompt.names_unserved_bedrock(&model) {
+            return Err(ConfigIssue::Capability(super::BEDROCK_CAPABILITY));
+        }
         for (index, tool) in parsed.tools.iter().enumerate() {
             let at = format!("config.tools[{index}]");
             schema::check_tier1(&tool.input_schema).map_err(|rule| {
@@ -118,8 +126,9 @@ impl Activity for AgentActivity {
         Ok(())
     }
 
-    /// A model turn has no side effect at the provider; HTTP tool steps never fail the
-    /// attempt (their errors go to the model), so the node's retries are model retries.
+    /// A model turn has no side effect at the provider; an HTTP tool step never fails the
+    /// attempt (its errors go to the model) and a failed one (a lost worker, a heartbeat
+    /// timeout) is never retried by the engine, so the node's retries are model retries.
     fn idempotent(&self, _config: &Map<String, Value>) -> bool {
         true
     }
@@ -227,7 +236,16 @@ impl AgentActivity {
         let key = self.prompt.key(call, provider).await?;
         // Each turn is its own logical call at the provider.
         let idempotency_key = format!("{}-t{turn}", call.idempotency_key);
-        let request_key = format!("{}-t{turn}", prepared.request_key);
+        // §6.4: each turn's identity is over the messages and tools it actually sends.
+        let request_key = SemanticRequest {
+            provider: &prepared.provider,
+            model: &prepared.model,
+            messages: &prepared.messages,
+            temperature: prepared.temperature,
+            max_output_tokens: prepared.max_tokens,
+            response_format: prepared.schema.as_ref(),
+        }
+        .key_with_tools(&tools);
         let invocation = Invocation {
             provider,
             key: key.as_deref(),
@@ -311,6 +329,10 @@ impl AgentActivity {
                 };
                 match self.http.execute(&tool_call, &NoProgress).await {
                     Ok(outputs) => Ok(json!({ "status": outputs.get("status"), "body": outputs.get("body") })),
+                    // The model is never told the address the guard resolved.
+                    Err(error) if error.code == EGRESS_REFUSED_CODE => {
+                        Err(json!({ "code": error.code, "message": EGRESS_REFUSED_MESSAGE }))
+                    }
                     Err(error) => Err(error_object(&error)),
                 }
             }

@@ -165,4 +165,57 @@ async fn an_http_tool_step_returns_the_result_or_the_tools_error_never_a_failed_
         (outputs["status"].as_str(), outputs["error"]["code"].as_str()),
         (Some("error"), Some("http_url_rejected"))
     );
+    assert_eq!(
+        outputs["error"],
+        json!({"code": "http_url_rejected", "message": "destination refused by the host's egress policy"}),
+        "no resolved address reaches the model"
+    );
+}
+
+#[test]
+fn a_bedrock_route_this_host_does_not_serve_is_refused_as_a_capability() {
+    let agent = agent(None, false);
+    for config in [
+        json!({"instructions": "x", "route": "bedrock/anthropic.claude"}),
+        json!({"instructions": "x", "model": "arn:aws:bedrock:us-east-1::foundation-model/x"}),
+    ] {
+        match agent.check("agent", &object(config.clone())) {
+            Err(ConfigIssue::Capability(name)) => assert_eq!(name, crate::ai::BEDROCK_CAPABILITY, "{config}"),
+            other => panic!("{config}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn each_turns_request_key_is_the_identity_of_the_messages_and_tools_it_sends() {
+    let model = FakeModel::start().await;
+    let agent = agent(Some((&model.openai_base_url(), &model.anthropic_base_url())), false);
+    let config = object(
+        json!({"route": "oa/gpt-test", "instructions": "Help.", "tools": [tool(json!({"url": "http://127.0.0.1:1/"}))]}),
+    );
+    let prepared = prepare(&agent, &config);
+    let mut keys = Vec::new();
+    for result in ["1 hit", "9 hits"] {
+        let mut request = prepared.clone();
+        let messages = request["messages"].as_array_mut().unwrap();
+        messages.push(json!({"role": "assistant", "content": "", "toolCalls": [{"id": "c1", "name": "lookup", "arguments": {"q": "x"}}]}));
+        messages.push(json!({"role": "tool", "toolCallId": "c1", "name": "lookup", "content": result}));
+        request["step"] = json!({"kind": "model", "turn": 2});
+        model.script(vec![ModelReply::text("done")]);
+        agent.execute(&call(request.clone()), &Recorder::default()).await.expect("a turn");
+        let sent = model.last_request().unwrap();
+        let key = sent.header("x-trellis-request-key").unwrap().to_owned();
+        let expected = crate::ai::identity::SemanticRequest {
+            provider: "oa",
+            model: "gpt-test",
+            messages: request["messages"].as_array().unwrap(),
+            temperature: None,
+            max_output_tokens: None,
+            response_format: None,
+        }
+        .key_with_tools(request["tools"].as_array().unwrap());
+        assert_eq!(key, expected, "the identity of what turn 2 sends");
+        keys.push(key);
+    }
+    assert_ne!(keys[0], keys[1], "different tool results, different identities");
 }

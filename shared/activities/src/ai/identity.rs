@@ -58,6 +58,16 @@ impl SemanticRequest<'_> {
     pub fn key(&self) -> String {
         hex::encode(Sha256::digest(canonicalize(&self.document()).as_bytes()))
     }
+
+    /// The identity of a request that also sends `tools` (definitions `{name, description,
+    /// inputSchema}`; hashed sorted by name).
+    pub fn key_with_tools(&self, tools: &[Value]) -> String {
+        let mut document = self.document();
+        let mut tools = tools.to_vec();
+        tools.sort_by(|a, b| a.get("name").and_then(Value::as_str).cmp(&b.get("name").and_then(Value::as_str)));
+        document["tools"] = Value::Array(tools);
+        hex::encode(Sha256::digest(canonicalize(&document).as_bytes()))
+    }
 }
 
 /// RFC 8785 canonical JSON of `value`.

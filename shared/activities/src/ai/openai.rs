@@ -13,6 +13,11 @@ use serde_json::{json, Value};
 
 use super::provider::{Answer, StreamState, ToolCall, Turn};
 
+/// The `arguments` text sent back: an unparsable answer's raw text as it came, else the JSON.
+fn arguments_text(arguments: &Value) -> String {
+    arguments.as_str().map_or_else(|| arguments.to_string(), str::to_owned)
+}
+
 /// A message of the turn in this wire format (plain `{role, content}` messages unchanged).
 fn message(message: &Value) -> Value {
     let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
@@ -25,7 +30,7 @@ fn message(message: &Value) -> Value {
                     json!({
                         "id": call["id"],
                         "type": "function",
-                        "function": { "name": call["name"], "arguments": call["arguments"].to_string() },
+                        "function": { "name": call["name"], "arguments": arguments_text(&call["arguments"]) },
                     })
                 })
                 .collect();
@@ -112,7 +117,9 @@ pub fn parse(body: &Value) -> Result<Answer, String> {
     for call in choice.pointer("/message/tool_calls").and_then(Value::as_array).into_iter().flatten() {
         let name = call.pointer("/function/name").and_then(Value::as_str).ok_or("a tool call has no function name")?;
         let arguments = match call.pointer("/function/arguments") {
-            Some(Value::String(text)) => serde_json::from_str(text).unwrap_or_else(|_| json!({})),
+            // Text that does not parse stays the raw string: the engine answers the model
+            // `invalid_arguments` (the arguments are not an object) instead of calling with `{}`.
+            Some(Value::String(text)) => serde_json::from_str(text).unwrap_or_else(|_| json!(text)),
             Some(value @ Value::Object(_)) => value.clone(),
             _ => json!({}),
         };
@@ -195,7 +202,8 @@ mod tests {
             answer.tool_calls[0],
             ToolCall { id: "c1".into(), name: "lookup".into(), arguments: json!({ "q": 1 }) }
         );
-        assert_eq!(answer.tool_calls[1].arguments, json!({}), "unparsable arguments are an empty object");
+        assert_eq!(answer.tool_calls[1].arguments, json!("not json"), "unparsable arguments stay the raw text");
+        assert_eq!(arguments_text(&answer.tool_calls[1].arguments), "not json", "and go back as they came");
         assert!(parse(&json!({ "choices": [{ "message": { "content": "hi" } }] })).unwrap().tool_calls.is_empty());
     }
 }

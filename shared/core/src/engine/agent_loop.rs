@@ -367,6 +367,14 @@ impl Transition<'_> {
         if !self.budget_tool_called(node_id) {
             return;
         }
+        if tool.is_some() && !arguments.is_object() {
+            // E.g. OpenAI arguments text that did not parse: never called with `{}`.
+            let error = json!({
+                "code": "invalid_arguments",
+                "message": format!("the arguments of tool `{name}` are not a JSON object"),
+            });
+            return self.tool_returned(node_id, config, agent_id, Err(error));
+        }
         if let Some(Err(violations)) =
             tool.as_ref().map(|tool| crate::schema::check_against(&tool.input_schema, &arguments))
         {

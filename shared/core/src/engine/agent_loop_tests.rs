@@ -575,3 +575,16 @@ fn reasoning_verbosity_off_emits_no_reasoned_event() {
     assert!(!names(&log).contains(&"agent.reasoned"));
     assert_eq!(state.status, RunStatus::Completed);
 }
+
+#[test]
+fn arguments_that_are_not_an_object_return_invalid_arguments_without_a_call() {
+    let wf = agent_workflow(json!({}));
+    let mut state = pending(&wf, json!({}));
+    let script = vec![
+        Answer::Step(turn("", json!([call("p", "lookup", json!("not json"))]))),
+        Answer::Step(turn("gave up", json!([]))),
+    ];
+    let (log, requests) = run(&wf, &mut state, script);
+    assert_eq!(event(&log, "agent.toolReturned").payload["error"]["code"], "invalid_arguments");
+    assert!(requests.iter().all(|request| request["step"]["kind"] == "model"), "no HTTP step went out");
+}
