@@ -33,7 +33,7 @@ use trellis_core::run::RunError;
 
 use super::identity::SemanticRequest;
 use super::provider::{Invocation, Turn};
-use super::{bad_request, denied, mock, node, outputs, repair_prompt, schema, CallPromptActivity, Prepared};
+use super::{bad_request, mock, node, outputs, schema, CallPromptActivity, Prepared};
 use crate::http::{self, HttpRequestActivity};
 
 /// The prompt a node without `prompt` is prepared with; replaced by the inputs as JSON.
@@ -201,38 +201,7 @@ impl AgentActivity {
             let data = prepared.schema.as_ref().and_then(|schema| schema::read_answer(schema, &answer.text).ok());
             return Ok(turn_outputs(&answer, mock::PROVIDER, &prepared.model, data));
         }
-        let providers = self.prompt.providers();
-        let provider = providers.get(&prepared.provider).ok_or_else(|| {
-            ActivityError::new(
-                "provider_not_supported",
-                format!("provider `{}` is not configured on this host", prepared.provider),
-                false,
-            )
-            .with_details(json!({ "provider": prepared.provider }))
-        })?;
-        let model_entry = provider.model(&prepared.model).ok_or_else(|| {
-            ActivityError::new(
-                "model_not_supported",
-                format!("model `{}` is not among provider `{}`'s models", prepared.model, provider.id),
-                false,
-            )
-            .with_details(json!({ "provider": provider.id, "model": prepared.model }))
-        })?;
-        provider
-            .policy
-            .decide(&prepared.model, call.credentials_ref.is_some())
-            .map_err(|reason| denied(&provider.id, reason))?;
-        if provider.kind == super::ProviderKind::Bedrock && call.credentials_ref.is_some() {
-            return Err(ActivityError::new(
-                "credential_forbidden",
-                format!(
-                    "provider `{}` (kind bedrock) is called with the host's IAM role: no credentialsRef",
-                    provider.id
-                ),
-                false,
-            )
-            .with_details(json!({ "provider": provider.id })));
-        }
+        let (provider, model_entry) = self.prompt.route(&prepared, call)?;
         let key = self.prompt.key(call, provider).await?;
         // Each turn is its own logical call at the provider.
         let idempotency_key = format!("{}-t{turn}", call.idempotency_key);
@@ -271,25 +240,10 @@ impl AgentActivity {
             Ok(data) => return Ok(turn_outputs(&answer, &provider.id, &prepared.model, Some(data))),
             Err(violations) => violations,
         };
-        let mut repair_messages = prepared.messages.clone();
-        repair_messages.push(json!({ "role": "assistant", "content": answer.text }));
-        repair_messages.push(json!({ "role": "user", "content": repair_prompt(&violations) }));
-        let repair =
-            Invocation { turn: Turn { messages: &repair_messages, tools: &[], ..invocation.turn }, ..invocation };
-        let repaired = self.prompt.invoke(&repair, model_entry, progress).await?;
+        let repaired = self.prompt.repair_turn(&invocation, model_entry, &answer.text, &violations, progress).await?;
         match schema::read_answer(schema, &repaired.text) {
             Ok(data) => Ok(turn_outputs(&repaired, &provider.id, &prepared.model, Some(data))),
-            Err(violations) => Err(ActivityError::new(
-                "response_schema_invalid",
-                format!(
-                    "the final answer does not match responseSchema after one repair turn ({} violations)",
-                    violations.len()
-                ),
-                false,
-            )
-            .with_details(
-                json!({ "violations": violations.into_iter().take(20).collect::<Vec<_>>(), "repairTurns": 1 }),
-            )),
+            Err(violations) => Err(super::schema_invalid(violations)),
         }
     }
 

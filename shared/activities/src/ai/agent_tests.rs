@@ -219,3 +219,28 @@ async fn each_turns_request_key_is_the_identity_of_the_messages_and_tools_it_sen
     }
     assert_ne!(keys[0], keys[1], "different tool results, different identities");
 }
+
+#[tokio::test]
+async fn a_final_answer_off_its_schema_gets_callprompts_repair_turn_and_an_unknown_provider_its_error() {
+    let model = FakeModel::start().await;
+    let agent = agent(Some((&model.openai_base_url(), &model.anthropic_base_url())), false);
+    let schema = json!({"type": "object", "additionalProperties": false,
+                        "properties": {"label": {"type": "string"}}, "required": ["label"]});
+    let config = object(json!({"route": "oa/gpt-test", "instructions": "Help.", "responseSchema": schema}));
+    let request = prepare(&agent, &config);
+    model.script(vec![ModelReply::text("not json"), ModelReply::text("{\"label\":\"refund\"}")]);
+    let outputs = agent.execute(&call(request.clone()), &Recorder::default()).await.expect("repaired");
+    assert_eq!(outputs["data"], json!({"label": "refund"}));
+    let repair = model.last_request().unwrap();
+    assert!(repair.body.get("tools").is_none_or(|tools| tools.as_array().is_some_and(Vec::is_empty)), "no tools");
+    model.script(vec![ModelReply::text("no"), ModelReply::text("still no")]);
+    let error = agent.execute(&call(request.clone()), &Recorder::default()).await.unwrap_err();
+    assert_eq!(
+        (error.code.as_str(), error.details.unwrap()["repairTurns"].clone()),
+        ("response_schema_invalid", json!(1))
+    );
+    let mut unknown = request;
+    unknown["provider"] = json!("nowhere");
+    let error = agent.execute(&call(unknown), &Recorder::default()).await.unwrap_err();
+    assert_eq!(error.code, "provider_not_supported");
+}

@@ -225,37 +225,7 @@ impl Activity for CallPromptActivity {
             };
             return Ok(outputs(&answer, mock::PROVIDER, &prepared.model, data));
         }
-        let provider = self.providers.get(&prepared.provider).ok_or_else(|| {
-            ActivityError::new(
-                "provider_not_supported",
-                format!("provider `{}` is not configured on this host", prepared.provider),
-                false,
-            )
-            .with_details(json!({ "provider": prepared.provider }))
-        })?;
-        let model_entry = provider.model(&prepared.model).ok_or_else(|| {
-            ActivityError::new(
-                "model_not_supported",
-                format!("model `{}` is not among provider `{}`'s models", prepared.model, provider.id),
-                false,
-            )
-            .with_details(json!({ "provider": provider.id, "model": prepared.model }))
-        })?;
-        provider
-            .policy
-            .decide(&prepared.model, call.credentials_ref.is_some())
-            .map_err(|reason| denied(&provider.id, reason))?;
-        if provider.kind == ProviderKind::Bedrock && call.credentials_ref.is_some() {
-            return Err(ActivityError::new(
-                "credential_forbidden",
-                format!(
-                    "provider `{}` (kind bedrock) is called with the host's IAM role: no credentialsRef",
-                    provider.id
-                ),
-                false,
-            )
-            .with_details(json!({ "provider": provider.id })));
-        }
+        let (provider, model_entry) = self.route(&prepared, call)?;
         let key = self.key(call, provider).await?;
 
         let messages = prepared.messages.clone();
@@ -285,25 +255,10 @@ impl Activity for CallPromptActivity {
             Err(violations) => violations,
         };
         // One bounded repair turn, not streamed.
-        let mut repair_messages = messages.clone();
-        repair_messages.push(json!({ "role": "assistant", "content": answer.text }));
-        repair_messages.push(json!({ "role": "user", "content": repair_prompt(&violations) }));
-        let repair =
-            Invocation { turn: Turn { messages: &repair_messages, ..invocation.turn }, stream: false, ..invocation };
-        let repaired = self.invoke(&repair, model_entry, progress).await?;
+        let repaired = self.repair_turn(&invocation, model_entry, &answer.text, &violations, progress).await?;
         match self.read_answer(&call.request, schema, &repaired.text) {
             Ok(data) => Ok(outputs(&repaired, &provider.id, &prepared.model, Some(data))),
-            Err(violations) => Err(ActivityError::new(
-                "response_schema_invalid",
-                format!(
-                    "the answer does not match responseSchema after one repair turn ({} violations)",
-                    violations.len()
-                ),
-                false,
-            )
-            .with_details(
-                json!({ "violations": violations.into_iter().take(20).collect::<Vec<_>>(), "repairTurns": 1 }),
-            )),
+            Err(violations) => Err(schema_invalid(violations)),
         }
     }
 
@@ -345,6 +300,81 @@ impl Activity for CallPromptActivity {
 
 /// `requiredCapability` of a node that needs a Bedrock provider this host does not have.
 pub const BEDROCK_CAPABILITY: &str = "aiProviders.bedrock";
+
+impl CallPromptActivity {
+    /// The provider and model `prepared` names, once the provider's policy admits the call
+    /// (and a Bedrock provider is called without a `credentialsRef`). Shared with the agent's
+    /// model turns.
+    fn route(
+        &self,
+        prepared: &Prepared,
+        call: &ActivityCall,
+    ) -> Result<(&ProviderConfig, &config::ModelEntry), ActivityError> {
+        let provider = self.providers.get(&prepared.provider).ok_or_else(|| {
+            ActivityError::new(
+                "provider_not_supported",
+                format!("provider `{}` is not configured on this host", prepared.provider),
+                false,
+            )
+            .with_details(json!({ "provider": prepared.provider }))
+        })?;
+        let model_entry = provider.model(&prepared.model).ok_or_else(|| {
+            ActivityError::new(
+                "model_not_supported",
+                format!("model `{}` is not among provider `{}`'s models", prepared.model, provider.id),
+                false,
+            )
+            .with_details(json!({ "provider": provider.id, "model": prepared.model }))
+        })?;
+        provider
+            .policy
+            .decide(&prepared.model, call.credentials_ref.is_some())
+            .map_err(|reason| denied(&provider.id, reason))?;
+        if provider.kind == ProviderKind::Bedrock && call.credentials_ref.is_some() {
+            return Err(ActivityError::new(
+                "credential_forbidden",
+                format!(
+                    "provider `{}` (kind bedrock) is called with the host's IAM role: no credentialsRef",
+                    provider.id
+                ),
+                false,
+            )
+            .with_details(json!({ "provider": provider.id })));
+        }
+        Ok((provider, model_entry))
+    }
+
+    /// The one bounded repair turn after an answer `text` that `violations` refused: the same
+    /// invocation with the answer and the repair prompt appended, no tools, not streamed.
+    async fn repair_turn(
+        &self,
+        invocation: &Invocation<'_>,
+        model_entry: &config::ModelEntry,
+        text: &str,
+        violations: &[Value],
+        progress: &dyn ProgressSink,
+    ) -> Result<Answer, ActivityError> {
+        let mut messages = invocation.turn.messages.to_vec();
+        messages.push(json!({ "role": "assistant", "content": text }));
+        messages.push(json!({ "role": "user", "content": repair_prompt(violations) }));
+        let repair = Invocation {
+            turn: Turn { messages: &messages, tools: &[], ..invocation.turn },
+            stream: false,
+            ..*invocation
+        };
+        self.invoke(&repair, model_entry, progress).await
+    }
+}
+
+/// `response_schema_invalid`: the answer still refused after the repair turn.
+fn schema_invalid(violations: Vec<Value>) -> ActivityError {
+    ActivityError::new(
+        "response_schema_invalid",
+        format!("the answer does not match responseSchema after one repair turn ({} violations)", violations.len()),
+        false,
+    )
+    .with_details(json!({ "violations": violations.into_iter().take(20).collect::<Vec<_>>(), "repairTurns": 1 }))
+}
 
 impl CallPromptActivity {
     /// Whether `node` names Bedrock where this host serves none: the provider id `bedrock`
