@@ -4,7 +4,8 @@
 //! low-confidence decision held then accepted, an answer invalid twice failing
 //! `response_schema_invalid`, a give-up, a token budget breached by the supervisor — each
 //! with its expected event type sequence (the scripts' `expect.eventTypes`) on both
-//! backends, and the same whole `debug` log. Without the emulators the suite is ignored.
+//! backends, the same `debug` log's event types, one `provider.usage` per model answer and the
+//! same recorded decisions. Without the emulators the suite is ignored.
 
 mod support;
 
@@ -58,7 +59,13 @@ async fn a_model_backed_supervisor_runs_the_same_on_aws_as_embedded() {
             (embedded_run.status.as_str(), types(&embedded_log)),
             "{id}: AWS and embedded differ"
         );
-        assert!(scenario.script["expect"]["eventTypes"].is_array(), "{id}: the scenario fixes its sequence");
+        // Each answer the fake gave is one model call the host reported, on both backends; the
+        // decisions recorded are the same, payload for payload.
+        let of = |log: &[Value], kind: &str| -> Vec<Value> {
+            log.iter().filter(|e| e["type"] == kind).map(|e| e["payload"].clone()).collect()
+        };
+        assert_eq!(of(&aws_log, "provider.usage").len(), scenario.replies.len(), "{id}: one usage per model call");
+        assert_eq!(of(&aws_log, "runOrchestrator.decided"), of(&embedded_log, "runOrchestrator.decided"), "{id}");
     }
     host.stop().await;
     std::fs::remove_dir_all(&dir).ok();
