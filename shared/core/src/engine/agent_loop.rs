@@ -15,8 +15,14 @@
 //!    attempt (`step.kind: "http"`) and a workflow tool a child run the node waits for
 //!    (`WaitingChild`, durable across restarts); its result (or error) is
 //!    `agent.toolReturned` (caused by the call's event) and a `tool` message of the
-//!    transcript (cut to [`MAX_RESULT_CHARS`]). A tool the config does not name returns the error `unknown_tool`, and
-//!    arguments its `inputSchema` refuses the error `invalid_arguments` (the call is not made);
+//!    transcript (cut to [`MAX_RESULT_CHARS`]; the event's copy to [`MAX_OUTCOME_BYTES`], then
+//!    `truncated: true`; the whole transcript kept under [`MAX_TRANSCRIPT_BYTES`] by eliding
+//!    the oldest results). A tool the config does not name returns the error `unknown_tool`,
+//!    arguments that are not an object or that its `inputSchema` refuses `invalid_arguments`
+//!    (the call is not made), and calls past [`MAX_CALLS_PER_ANSWER`] of one answer
+//!    `tool_call_limit`. A failed HTTP step (a lost worker, a heartbeat timeout) is the
+//!    tool's error, never retried. Under `onExhaustion: interrupt` a call that would exceed
+//!    `maxToolCalls` waits on the budget gate before it is made;
 //! 3. the next model turn — until an answer has no tool calls: `agent.decided {agentId,
 //!    decision, confidence?}` (the decision is the structured `data` when the node has a
 //!    `responseSchema`, else the text; the confidence is `data.confidence`), the CP-1
@@ -27,7 +33,8 @@
 //! with `agent_max_turns` (`details: {maxTurns, turns, toolCalls}`, a failure route can take
 //! it); a budget exhaustion ends it as every budget does (`cap.breached` + `run.failed
 //! {budget_exhausted}`, or the approval gate under `onExhaustion: interrupt`). An immediate
-//! pause holds the next step as a due retry timer (issued on `:resume`).
+//! pause holds the next step — a workflow tool's child run too — as a due retry timer (issued
+//! on `:resume`). A saved state that does not read fails the node (`agent_state_invalid`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
