@@ -4,7 +4,8 @@
 //! plays: decisions answered by the model, validated and dispatched; a low-confidence
 //! decision held for ratification, dispatched after `accept`; an answer invalid twice (one
 //! repair turn) failing `response_schema_invalid`; a terminate with an unmet criterion
-//! reported as a give-up; a token budget breached by the supervisor's own calls. The shipped
+//! reported as a give-up; a token budget breached by the supervisor's own calls; a tool-call
+//! budget breached by an agent node before the supervisor. The shipped
 //! example `research-supervisor` runs to its documented outcome.
 
 mod common;
@@ -117,6 +118,17 @@ async fn a_model_backed_supervisor_decides_holds_repairs_gives_up_and_stays_in_b
     let breach = of_type(&events, "cap.breached");
     assert_eq!(breach[0]["payload"]["kind"], "budget-tokens", "{breach:?}");
     assert_eq!(breach[0]["payload"]["nodeId"], "supervisor");
+
+    // A tool call of an agent node of the same run counts against its `maxToolCalls`: the
+    // second call breaches before it is made, and the supervisor is never asked.
+    let (snapshot, events) = play(&client, &fake, "sm-tool-budget").await;
+    let breach = of_type(&events, "cap.breached");
+    assert_eq!(breach[0]["payload"]["kind"], "budget-tool-calls", "{breach:?}");
+    assert_eq!(breach[0]["payload"]["nodeId"], "gather", "{breach:?}");
+    assert_eq!(of_type(&events, "agent.toolCalled").len(), 2);
+    assert_eq!(of_type(&events, "agent.toolReturned").len(), 1, "the breaching call never ran");
+    assert_eq!(snapshot["childRuns"][0]["workflowId"], "sm-research", "{snapshot}");
+    assert_eq!(fake.requests().len(), 2, "two agent turns; no supervisor tick");
     host.stop().await;
 }
 

@@ -2,14 +2,15 @@
 //! embedded host, against one fake model on 127.0.0.1: the testkit's scenarios
 //! ([`trellis_testkit::supervisor_model`]) — decisions from the model dispatched, a
 //! low-confidence decision held then accepted, an answer invalid twice failing
-//! `response_schema_invalid`, a give-up, a token budget breached by the supervisor — each
-//! with its expected event type sequence (the scripts' `expect.eventTypes`) on both
-//! backends, the same `debug` log's event types, one `provider.usage` per model answer and the
-//! same recorded decisions. Without the emulators the suite is ignored.
+//! `response_schema_invalid`, a give-up, a token budget breached by the supervisor, a
+//! tool-call budget breached by an agent node of the same run (`cap.breached{kind:
+//! budget-tool-calls}`) — each with its expected event type sequence (the scripts'
+//! `expect.eventTypes`) on both backends, the same `debug` log's event types, one
+//! `provider.usage` per model answer, the same recorded decisions and the same breaches. Without the emulators the suite is ignored.
 
 mod support;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use support::{embedded_host_with, require_emulators, stack_with, types, AwsDriver, KEY};
 use trellis_testkit::fake_model::FakeModel;
 use trellis_testkit::script::Runner;
@@ -66,6 +67,14 @@ async fn a_model_backed_supervisor_runs_the_same_on_aws_as_embedded() {
         };
         assert_eq!(of(&aws_log, "provider.usage").len(), scenario.replies.len(), "{id}: one usage per model call");
         assert_eq!(of(&aws_log, "runOrchestrator.decided"), of(&embedded_log, "runOrchestrator.decided"), "{id}");
+        // A breach names the same dimension and node on both; the agent's breaches the tool calls.
+        let breaches = |log: &[Value]| -> Vec<(Value, Value)> {
+            of(log, "cap.breached").iter().map(|p| (p["kind"].clone(), p["nodeId"].clone())).collect()
+        };
+        assert_eq!(breaches(&aws_log), breaches(&embedded_log), "{id}");
+        if id == "sm-tool-budget" {
+            assert_eq!(breaches(&aws_log), [(json!("budget-tool-calls"), json!("gather"))], "{id}");
+        }
     }
     host.stop().await;
     std::fs::remove_dir_all(&dir).ok();

@@ -6,14 +6,18 @@
 //!
 //! The supervisor `sm-supervisor` names the route `fake/fake-model` ([`providers`]) and two
 //! workers, `sm-research` and `sm-write` (one `core.noop` each: a worker's outputs are its
-//! variables, i.e. the inputs the supervisor gave it).
+//! variables, i.e. the inputs the supervisor gave it). [`GATHERING`] is the same loop behind a
+//! `vendor.trellis.agent` node `gather` whose one tool, `lookup`, is the workflow `sm-research`
+//! (a child run: no HTTP server needed on either host).
 
 use serde_json::{json, Value};
 
-use crate::fake_model::{FakeModel, ModelReply};
+use crate::fake_model::{FakeModel, ModelReply, ToolCallReply};
 
 /// The supervisor workflow.
 pub const SUPERVISOR: &str = "sm-supervisor";
+/// The supervisor workflow whose loop starts after the agent node `gather`.
+pub const GATHERING: &str = "sm-gather-supervisor";
 /// The worker workflows.
 pub const WORKERS: [&str; 2] = ["sm-research", "sm-write"];
 
@@ -30,22 +34,45 @@ fn worker(id: &str, variable: &str, description: &str) -> Value {
            "nodes": [{"id": "work", "typeId": "core.noop"}], "edges": []})
 }
 
-/// The supervisor workflow and its two workers.
+/// The supervisor node (`id` `supervisor`), model-backed, over the two workers.
+fn supervisor_node() -> Value {
+    json!({"id": "supervisor", "typeId": "core.orchestrator.supervisor", "config": {
+        "route": "fake/fake-model",
+        "goal": "Answer the question: {{variables.question}}",
+        "instructions": "Research first, then write.",
+        "workers": [
+            {"id": "sm-research", "description": "finds facts on a topic", "inputSchema": {"topic": "string"}},
+            {"id": "sm-write", "description": "writes the answer from facts", "inputSchema": {"facts": "string"}}
+        ],
+        "successCriteria": [{"key": "answered", "description": "the question has a written answer"}]
+    }})
+}
+
+/// The supervisor workflow, the gathering one ([`GATHERING`]) and the two workers.
 pub fn workflows() -> Vec<Value> {
+    let question = json!([{"name": "question", "type": "string", "defaultValue": "why is the sky blue?"}]);
+    let lookup = json!({"name": "lookup", "description": "Finds facts on a topic.",
+                        "inputSchema": {"type": "object", "additionalProperties": false,
+                                        "properties": {"topic": {"type": "string"}}, "required": ["topic"]},
+                        "workflowId": "sm-research"});
+    let gathering = json!({
+        "id": GATHERING, "name": GATHERING, "version": "1", "variables": question,
+        "nodes": [
+            {"id": "gather", "typeId": "vendor.trellis.agent", "config": {
+                "route": "fake/fake-model", "instructions": "Gather facts for: {{variables.question}}",
+                "tools": [lookup], "maxTurns": 4}},
+            supervisor_node(),
+            {"id": "dispatch", "typeId": "core.dispatch", "config": {"fanOutPolicy": "sequential"}}
+        ],
+        "edges": [{"id": "e0", "sourceNodeId": "gather", "targetNodeId": "supervisor"},
+                  {"id": "e1", "sourceNodeId": "supervisor", "targetNodeId": "dispatch"},
+                  {"id": "e2", "sourceNodeId": "dispatch", "targetNodeId": "supervisor"}]
+    });
     let supervisor = json!({
         "id": SUPERVISOR, "name": SUPERVISOR, "version": "1",
-        "variables": [{"name": "question", "type": "string", "defaultValue": "why is the sky blue?"}],
+        "variables": question,
         "nodes": [
-            {"id": "supervisor", "typeId": "core.orchestrator.supervisor", "config": {
-                "route": "fake/fake-model",
-                "goal": "Answer the question: {{variables.question}}",
-                "instructions": "Research first, then write.",
-                "workers": [
-                    {"id": "sm-research", "description": "finds facts on a topic", "inputSchema": {"topic": "string"}},
-                    {"id": "sm-write", "description": "writes the answer from facts", "inputSchema": {"facts": "string"}}
-                ],
-                "successCriteria": [{"key": "answered", "description": "the question has a written answer"}]
-            }},
+            supervisor_node(),
             {"id": "dispatch", "typeId": "core.dispatch", "config": {"fanOutPolicy": "sequential"}}
         ],
         "edges": [{"id": "e1", "sourceNodeId": "supervisor", "targetNodeId": "dispatch"},
@@ -55,6 +82,7 @@ pub fn workflows() -> Vec<Value> {
         supervisor,
         worker("sm-research", "topic", "Finds facts on a topic."),
         worker("sm-write", "facts", "Writes an answer from facts."),
+        gathering,
     ]
 }
 
@@ -94,6 +122,7 @@ pub fn scenarios() -> Vec<Scenario> {
     let research = dispatch("sm-research", json!({"topic": "Rayleigh scattering"}), 0.9);
     let write = dispatch("sm-write", json!({"facts": "short wavelengths scatter more"}), 0.85);
     let usage = |reply: ModelReply| reply.usage(100, 20);
+    let lookup = |topic: &str| ModelReply::tool_calls([ToolCallReply::new("lookup", json!({"topic": topic}))]);
     vec![
         Scenario {
             script: json!({"id": "sm-dispatch", "workflowId": SUPERVISOR, "expect": {
@@ -151,6 +180,17 @@ pub fn scenarios() -> Vec<Scenario> {
                                &["node.started", "provider.usage", "budget.consumed", "budget.threshold.crossed",
                                  "budget.exhausted", "cap.breached", "node.cancelled", "run.failed"]])}}),
             replies: vec![usage(ModelReply::json(&research)), usage(ModelReply::json(&write))],
+        },
+        Scenario {
+            script: json!({"id": "sm-tool-budget", "workflowId": GATHERING,
+                "request": {"configurable": {"budget": {"maxToolCalls": 1}}},
+                "expect": {"status": "failed", "errorCode": "budget_exhausted", "decidedKinds": [], "childCount": 1,
+                           "eventTypes": [
+                               "run.started", "budget.reserved", "node.started", "provider.usage",
+                               "agent.toolCalled", "budget.consumed", "budget.threshold.crossed", "node.dispatched",
+                               "agent.toolReturned", "provider.usage", "agent.toolCalled", "budget.consumed",
+                               "budget.exhausted", "cap.breached", "node.cancelled", "run.failed"]}}),
+            replies: vec![usage(lookup("Rayleigh scattering")), usage(lookup("ozone"))],
         },
     ]
 }
