@@ -60,32 +60,37 @@ impl Transition<'_> {
         }
         if let Some(decision) = &config.decision {
             self.emit(types::AGENT_DECIDED, Some(node_id), decision.payload(&agent_id));
-            let threshold = self
-                .state
-                .configurable
-                .as_ref()
-                .and_then(|c| c.get("escalationThreshold"))
-                .and_then(Value::as_f64)
-                .unwrap_or(DEFAULT_ESCALATION_THRESHOLD);
-            if let Some(observed) = decision.confidence.filter(|c| *c < threshold) {
-                let data = json!({ "agentId": agent_id, "threshold": threshold, "observed": observed,
-                                   "decision": decision.decision });
-                let resume_schema = json!({
-                    "type": "object",
-                    "required": ["action"],
-                    "properties": { "action": { "enum": ["accept", "reject"] } },
-                });
-                let request = InterruptRequest {
-                    kind: InterruptKind::LowConfidence,
-                    data,
-                    resume_schema: Some(resume_schema),
-                    timeout_ms: None,
-                    profile: None,
-                };
+            if let Some(request) = self.low_confidence(&agent_id, decision.confidence, &decision.decision) {
                 return self.suspend(node_id, request);
             }
         }
         self.complete_node(node_id, Map::new(), true);
+    }
+
+    /// CP-1: the `low-confidence` interrupt that holds an agent's decision, when its
+    /// `confidence` is below the run's `configurable.escalationThreshold` (else 0.7):
+    /// `{action: "accept"}` takes the decision, `{action: "reject"}` fails the node.
+    pub(super) fn low_confidence(
+        &self,
+        agent_id: &str,
+        confidence: Option<f64>,
+        decision: &Value,
+    ) -> Option<InterruptRequest> {
+        let threshold = self.configured("escalationThreshold").unwrap_or(DEFAULT_ESCALATION_THRESHOLD);
+        let observed = confidence.filter(|c| *c < threshold)?;
+        let data = json!({ "agentId": agent_id, "threshold": threshold, "observed": observed, "decision": decision });
+        let resume_schema = json!({
+            "type": "object",
+            "required": ["action"],
+            "properties": { "action": { "enum": ["accept", "reject"] } },
+        });
+        Some(InterruptRequest {
+            kind: InterruptKind::LowConfidence,
+            data,
+            resume_schema: Some(resume_schema),
+            timeout_ms: None,
+            profile: None,
+        })
     }
 
     /// The host-minted `callId` of tool call `index` of `node_id`'s current activation:

@@ -39,12 +39,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::orchestration::DEFAULT_ESCALATION_THRESHOLD;
 use super::progress::Transition;
 use super::{Effect, Verdict};
 use crate::event::types;
-use crate::interrupt::request::InterruptRequest;
-use crate::interrupt::InterruptKind;
 use crate::nodes::agent::{self, AgentConfig, ToolTransport};
 use crate::nodes::mock_agent::REASONING_TOKEN_LIMIT;
 use crate::run::{NodeStatus, RunError, RunState, RunStatus};
@@ -284,31 +281,10 @@ impl Transition<'_> {
             payload["confidence"] = json!(confidence);
         }
         self.emit(types::AGENT_DECIDED, Some(node_id), payload);
-        let threshold = self
-            .state
-            .configurable
-            .as_ref()
-            .and_then(|c| c.get("escalationThreshold"))
-            .and_then(Value::as_f64)
-            .unwrap_or(DEFAULT_ESCALATION_THRESHOLD);
-        if let Some(observed) = confidence.filter(|c| *c < threshold) {
+        if let Some(interrupt) = self.low_confidence(agent_id, confidence, &decision) {
             state.outputs = Some(outputs);
             self.store(node_id, request, &state);
-            let data =
-                json!({ "agentId": agent_id, "threshold": threshold, "observed": observed, "decision": decision });
-            let resume_schema = json!({
-                "type": "object",
-                "required": ["action"],
-                "properties": { "action": { "enum": ["accept", "reject"] } },
-            });
-            let request = InterruptRequest {
-                kind: InterruptKind::LowConfidence,
-                data,
-                resume_schema: Some(resume_schema),
-                timeout_ms: None,
-                profile: None,
-            };
-            return self.suspend(node_id, request);
+            return self.suspend(node_id, interrupt);
         }
         self.agent_complete(node_id, outputs);
     }

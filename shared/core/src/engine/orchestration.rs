@@ -231,7 +231,7 @@ impl Transition<'_> {
     }
 
     /// A number from the run's `configurable`.
-    fn configured(&self, key: &str) -> Option<f64> {
+    pub(super) fn configured(&self, key: &str) -> Option<f64> {
         self.state.configurable.as_ref().and_then(|c| c.get(key)).and_then(Value::as_f64)
     }
 
