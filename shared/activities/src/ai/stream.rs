@@ -3,8 +3,11 @@
 //! [`SseParser`] is a small line parser of the WHATWG event-stream format (no crate: the
 //! candidates bring a `futures` stream stack for thirty lines of logic): lines end with
 //! `\n`, `\r\n` or `\r` (also when a chunk boundary splits `\r\n`), `:` starts a comment,
-//! `data` lines of one event are joined with `\n`, a blank line dispatches, `id` and
-//! `retry` are ignored, bytes are decoded as UTF-8 per complete line.
+//! `data` lines of one event are joined with `\n`, a blank line dispatches, `id` sets the
+//! last event id (ignored when it contains NUL; it persists across events until another `id`
+//! line, an empty one clearing it), `retry` is ignored, bytes are decoded as UTF-8 per
+//! complete line. The CLI's event stream reader uses the same parser (and the id for
+//! `Last-Event-ID` resumption).
 //!
 //! [`Batcher`] groups tokens into [`ChunkBatch`]es: a batch is flushed when 250 ms passed
 //! since it began or 4 KiB are buffered — never one report per token. A flush keeps the
@@ -22,6 +25,8 @@ pub struct SseEvent {
     pub event: Option<String>,
     /// The `data:` lines joined with `\n`.
     pub data: String,
+    /// The last event id at dispatch (the stream's latest `id:`, which persists across events).
+    pub id: Option<String>,
 }
 
 /// The incremental parser.
@@ -31,6 +36,7 @@ pub struct SseParser {
     skip_lf: bool,
     event: Option<String>,
     data: Option<String>,
+    last_id: Option<String>,
 }
 
 impl SseParser {
@@ -73,7 +79,8 @@ impl SseParser {
     fn line_done(&mut self, line: &str) -> Option<SseEvent> {
         if line.is_empty() {
             let event = self.event.take();
-            return self.data.take().map(|data| SseEvent { event, data });
+            let id = self.last_id.clone();
+            return self.data.take().map(|data| SseEvent { event, data, id });
         }
         if line.starts_with(':') {
             return None;
@@ -91,6 +98,9 @@ impl SseParser {
                 }
                 None => self.data = Some(value.to_owned()),
             },
+            "id" if !value.contains('\0') => {
+                self.last_id = (!value.is_empty()).then(|| value.to_owned());
+            }
             _ => {}
         }
         None
@@ -186,9 +196,9 @@ mod tests {
         assert_eq!(
             events,
             [
-                SseEvent { event: Some("delta".into()), data: "{\"a\"\n1}".into() },
-                SseEvent { event: None, data: "[DONE]".into() },
-                SseEvent { event: None, data: "caf\u{e9}".into() },
+                SseEvent { event: Some("delta".into()), data: "{\"a\"\n1}".into(), id: None },
+                SseEvent { event: None, data: "[DONE]".into(), id: None },
+                SseEvent { event: None, data: "caf\u{e9}".into(), id: Some("3".into()) },
             ]
         );
     }
@@ -199,7 +209,15 @@ mod tests {
         let mut parser = SseParser::default();
         let mut events = parser.push(&bytes[..8]);
         events.extend(parser.push(&bytes[8..]));
-        assert_eq!(events, [SseEvent { event: None, data: "\u{1f600}".into() }]);
+        assert_eq!(events, [SseEvent { event: None, data: "\u{1f600}".into(), id: None }]);
+    }
+
+    #[test]
+    fn the_last_event_id_persists_and_an_id_with_nul_is_ignored() {
+        let mut parser = SseParser::default();
+        let events = parser.push(b"id: 7\ndata: a\n\ndata: b\n\nid: 8\0x\ndata: c\n\nid\ndata: d\n\n");
+        let ids: Vec<Option<&str>> = events.iter().map(|event| event.id.as_deref()).collect();
+        assert_eq!(ids, [Some("7"), Some("7"), Some("7"), None]);
     }
 
     #[test]
