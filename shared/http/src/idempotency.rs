@@ -2,7 +2,8 @@
 //!
 //! The key is claimed before the handler runs (so concurrent duplicates are never both
 //! processed), and the handler's final answer is kept and replayed with
-//! `openwop-Idempotent-Replay: true`. Validation and auth refusals (400, 401, 403) and
+//! `openwop-Idempotent-Replay: true`. A dry run (`POST /v1/workflows:validate`) is not a write:
+//! it passes through unclaimed. Validation and auth refusals (400, 401, 403) and
 //! retryable answers (408, 429, 5xx) are not kept: the claim is dropped. Run creation keeps
 //! its answer itself, in the same commit as the run ([`AnswerKept`]).
 
@@ -62,9 +63,15 @@ fn digest(body: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
+/// Requests that change nothing although they are `POST`s: never claimed nor kept.
+fn read_only(request: &Request) -> bool {
+    request.uri().path() == "/v1/workflows:validate"
+}
+
 /// The middleware.
 pub async fn layer(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if !matches!(*request.method(), Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
+    if !matches!(*request.method(), Method::POST | Method::PUT | Method::PATCH | Method::DELETE) || read_only(&request)
+    {
         return next.run(request).await;
     }
     let Some(raw_key) = request.headers().get("idempotency-key").cloned() else { return next.run(request).await };

@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod error;
 mod event_json;
 pub mod idempotency;
+mod links;
 mod render;
 mod routes;
 pub mod v2;
@@ -29,6 +30,7 @@ use trellis_core::service::Services;
 
 pub use auth::{ApiKey, KeyRing, Scope};
 pub use discovery::Discovery;
+pub use links::BasePath;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -76,8 +78,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{run_id}/debug-bundle", get(routes::debug::bundle))
         .route("/v1/runs/{run_id}/interrupts/{node_id}", post(routes::interrupts::resolve))
         .route("/v1/runs/{run_id}/approvals/{node_id}", post(routes::interrupts::legacy_approval))
+        .route("/v1/interrupts", get(routes::interrupts_list::list))
         .route("/v1/interrupts/{token}", get(routes::interrupts::inspect).post(routes::interrupts::resolve_by_token))
         .route("/v1/workflows", post(routes::workflows::register).get(routes::workflows::list))
+        .route("/v1/workflows:validate", post(routes::workflows::validate))
         .route("/v1/host/sample/workflows", post(routes::seams::register_workflow))
         .route("/v1/host/sample/test/capability-toggle", post(routes::seams::capability_toggle))
         .route("/v1/host/sample/dispatch/per-item", post(routes::seams::per_item_dispatch))

@@ -6,6 +6,8 @@ use trellis_core::engine::ENGINE_VERSION;
 use trellis_core::timefmt::rfc3339;
 use trellis_core::RunState;
 
+use crate::links::BasePath;
+
 /// `eventLogSchemaVersion` of every run on the v1 wire.
 pub(crate) const EVENT_LOG_SCHEMA_VERSION: u32 = 2;
 /// `eventLogSchemaVersion` on the v2 wire (its event documents carry `schemaVersion` and an
@@ -48,10 +50,11 @@ pub(crate) const ENGINE_VERSION_NUMBER: u32 = 1;
 
 /// The snapshot for `wire`. v2: the run id is tenant-bound (and so are parent and child
 /// ids), links are unversioned and projected, `owner.subject` names the principal, and
-/// `engineVersion` is an integer.
-pub(crate) fn snapshot_for(wire: Wire, run: &RunState) -> Value {
+/// `engineVersion` is an integer. Links are prefixed with `base`.
+pub(crate) fn snapshot_for(wire: Wire, base: &BasePath, run: &RunState) -> Value {
     let mut doc = snapshot(run);
     if wire == Wire::V1 {
+        base.prefix_fields(&mut doc);
         return doc;
     }
     let id = wire_run_id(wire, &run.tenant, &run.run_id);
@@ -80,6 +83,7 @@ pub(crate) fn snapshot_for(wire: Wire, run: &RunState) -> Value {
             }
         }
     }
+    base.prefix_fields(&mut doc);
     doc
 }
 

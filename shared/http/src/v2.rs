@@ -37,6 +37,7 @@ use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::event_json::{page_response, EventDocs, V2Page};
 use crate::idempotency::KeyedRequest;
+use crate::links::BasePath;
 use crate::render::{project_id, wire_run_id, Wire};
 use crate::routes::{events, interrupts, list, stream};
 use crate::AppState;
@@ -137,6 +138,7 @@ fn created_body(run: &RunState) -> Value {
 async fn create(
     caller: Caller,
     State(state): State<AppState>,
+    base: BasePath,
     keyed: Option<Extension<KeyedRequest>>,
     headers: HeaderMap,
     body: Bytes,
@@ -146,27 +148,29 @@ async fn create(
         return Err(ApiError::validation("OpenWOP-Dedup is not supported by this host; send the request without it")
             .with_details(json!({ "header": "OpenWOP-Dedup" })));
     }
-    crate::routes::runs::create_with(&caller, &state, keyed, &body, created_body).await
+    crate::routes::runs::create_with(&caller, &state, &base, keyed, &body, created_body).await
 }
 
 /// `GET /runs`.
 async fn list_runs(
     caller: Caller,
     state: State<AppState>,
+    base: BasePath,
     query: Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    list::list_for(Wire::V2, caller, state, query).await
+    list::list_for(Wire::V2, caller, state, base, query).await
 }
 
 /// `GET /runs/{runId}`.
 async fn snapshot(
     caller: Caller,
     State(state): State<AppState>,
+    base: BasePath,
     Path(run_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
     let run = state.services.get_run_summary(caller.tenant(), &internal_id(&caller, &run_id)?).await?;
-    Ok(Json(crate::routes::runs::run_document(Wire::V2, &state, &run)))
+    Ok(Json(crate::routes::runs::run_document(Wire::V2, &state, &base, &run)))
 }
 
 /// `POST /runs/{runId}:pause` and `:resume` (`:fork` and `:diff` are not served).
@@ -210,13 +214,14 @@ async fn cancel(
 async fn events_stream(
     caller: Caller,
     State(state): State<AppState>,
+    base: BasePath,
     Path(run_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::RunsRead)?;
     let internal = internal_id(&caller, &run_id)?;
-    stream::open(Wire::V2, state, caller.tenant(), &internal, &query, &headers).await
+    stream::open(Wire::V2, state, base, caller.tenant(), &internal, &query, &headers).await
 }
 
 /// `GET /runs/{runId}/events/poll?afterSequence=&timeout=`.

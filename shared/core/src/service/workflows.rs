@@ -105,12 +105,41 @@ impl Services {
         self.register_checked(&principal.tenant, document, mocks_allowed).await
     }
 
+    /// A dry run of [`Services::register_workflow_as`] (`POST /v1/workflows:validate`): the
+    /// same checks, the same errors (a version label already registered with other content
+    /// included), nothing stored. Returns the compiled definition.
+    pub async fn validate_workflow_as(
+        &self,
+        principal: &crate::run::Principal,
+        document: Value,
+    ) -> Result<Workflow, ServiceError> {
+        let mocks_allowed = self.test_seams && principal.test_scope;
+        let (workflow, _) = self.check_registration(&principal.tenant, document, mocks_allowed).await?;
+        Ok(workflow)
+    }
+
     async fn register_checked(
         &self,
         tenant: &str,
         document: Value,
         mocks_allowed: bool,
     ) -> Result<(Arc<Workflow>, bool), ServiceError> {
+        let (workflow, existing) = self.check_registration(tenant, document, mocks_allowed).await?;
+        if let Some(existing) = existing {
+            return Ok((self.compile_cached(existing.document)?, false));
+        }
+        self.store.put_workflow(&stored(tenant, &workflow), self.clock.now()).await?;
+        Ok((self.compile_cached(workflow.document.clone())?, true))
+    }
+
+    /// Every check of a registration, reading only: the compiled definition and, when this
+    /// exact document is already registered under its version label, the stored copy.
+    async fn check_registration(
+        &self,
+        tenant: &str,
+        document: Value,
+        mocks_allowed: bool,
+    ) -> Result<(Workflow, Option<StoredWorkflow>), ServiceError> {
         let document = crate::model::normalize_spelling(document);
         self.refusal_scan(&document).await?;
         let workflow = Workflow::compile_with(document, &self.nodes, self.bounds())?;
@@ -133,7 +162,7 @@ impl Services {
         let existing = self.store.workflow_by_label(tenant, workflow.id(), &workflow.definition.version).await?;
         if let Some(existing) = existing {
             if existing.content_hash == workflow.content_hash {
-                return Ok((self.compile_cached(existing.document)?, false));
+                return Ok((workflow, Some(existing)));
             }
             return Err(ServiceError::Conflict {
                 code: "version_conflict",
@@ -142,8 +171,7 @@ impl Services {
                 details: serde_json::json!({ "workflowId": workflow.id(), "version": workflow.definition.version }),
             });
         }
-        self.store.put_workflow(&stored(tenant, &workflow), self.clock.now()).await?;
-        Ok((self.compile_cached(workflow.document.clone())?, true))
+        Ok((workflow, None))
     }
 
     /// The latest definition `workflow_id` visible to `tenant`: its own first, then the

@@ -21,6 +21,7 @@ use trellis_core::{RunState, ServiceError};
 use super::json_body;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
+use crate::links::BasePath;
 use crate::render::{wire_run_id, Wire};
 use crate::AppState;
 
@@ -29,8 +30,10 @@ pub(crate) fn signer(state: &AppState) -> TokenSigner {
     TokenSigner::new(&state.cursor_key[..])
 }
 
-/// The snapshot's `interrupt` object for the run's pending interrupt, with a fresh token.
-pub(crate) fn interrupt_view(signer: &TokenSigner, run: &RunState, now: Millis) -> Option<Value> {
+/// The snapshot's `interrupt` object for the run's pending interrupt, with a fresh token (the
+/// one home of the view: `GET /v1/interrupts` lists the same objects). `callbackUrl` is the
+/// v1 token route under `base`.
+pub(crate) fn interrupt_view(signer: &TokenSigner, run: &RunState, now: Millis, base: &BasePath) -> Option<Value> {
     if run.status.is_terminal() {
         return None;
     }
@@ -44,7 +47,7 @@ pub(crate) fn interrupt_view(signer: &TokenSigner, run: &RunState, now: Millis) 
         "payload": record.payload(),
         "requestedAt": rfc3339(record.requested_at),
         "interruptToken": token,
-        "callbackUrl": format!("/v1/interrupts/{token}"),
+        "callbackUrl": base.link(&format!("/v1/interrupts/{token}")),
     });
     // An external-event token with no interrupt timeout lasts as long as the interrupt.
     if expires_at != Millis::MAX {

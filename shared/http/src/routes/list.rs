@@ -16,6 +16,7 @@ use trellis_core::RunStatus;
 use super::cursor;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
+use crate::links::BasePath;
 use crate::render::{snapshot_for, Wire};
 use crate::AppState;
 
@@ -47,9 +48,10 @@ fn parse_status(raw: &str) -> Result<RunStatus, ApiError> {
 pub(crate) async fn list(
     caller: Caller,
     state: State<AppState>,
+    base: BasePath,
     query: Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    list_for(Wire::V1, caller, state, query).await
+    list_for(Wire::V1, caller, state, base, query).await
 }
 
 /// The listing, rendered for `wire` (`GET /runs` on v2).
@@ -57,6 +59,7 @@ pub(crate) async fn list_for(
     wire: Wire,
     caller: Caller,
     State(state): State<AppState>,
+    base: BasePath,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
@@ -74,7 +77,7 @@ pub(crate) async fn list_for(
         let after = RunPosition { created_at: run.created_at, run_id: run.run_id.clone() };
         cursor::encode(&state.cursor_key[..], LISTING, caller.tenant(), Position { filter: filter.clone(), after })
     });
-    let mut body = json!({ "runs": runs.iter().map(|run| snapshot_for(wire, run)).collect::<Vec<_>>() });
+    let mut body = json!({ "runs": runs.iter().map(|run| snapshot_for(wire, &base, run)).collect::<Vec<_>>() });
     if let Some(next) = next {
         body["nextCursor"] = json!(next);
     }

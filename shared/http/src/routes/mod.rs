@@ -4,6 +4,7 @@ pub(crate) mod cursor;
 pub(crate) mod debug;
 pub(crate) mod events;
 pub(crate) mod interrupts;
+pub(crate) mod interrupts_list;
 pub(crate) mod list;
 pub(crate) mod runs;
 pub(crate) mod seams;

@@ -19,6 +19,7 @@ use super::json_body;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::idempotency::{replay_response, AnswerKept, KeyedRequest, REPLAY_HEADER};
+use crate::links::BasePath;
 use crate::render::{events_url, status_url, wire_run_id, Wire};
 use crate::AppState;
 
@@ -27,18 +28,20 @@ use crate::AppState;
 pub(crate) async fn create(
     caller: Caller,
     State(state): State<AppState>,
+    base: BasePath,
     keyed: Option<Extension<KeyedRequest>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    create_with(&caller, &state, keyed, &body, created_body).await
+    create_with(&caller, &state, &base, keyed, &body, created_body).await
 }
 
 /// Creates a run from `body` and answers `201` with `render(run)` (its `statusUrl` as
 /// `Location`), or the recorded answer of a replayed `Idempotency-Key`; shared by the v1 and
-/// v2 surfaces, whose answers differ only in `render`.
+/// v2 surfaces, whose answers differ only in `render`. Links are prefixed with `base`.
 pub(crate) async fn create_with(
     caller: &Caller,
     state: &AppState,
+    base: &BasePath,
     keyed: Option<Extension<KeyedRequest>>,
     body: &[u8],
     render: fn(&RunState) -> Value,
@@ -47,6 +50,11 @@ pub(crate) async fn create_with(
     let body = json_body(body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
     let key = keyed.map(|Extension(KeyedRequest(key))| key);
     let keyed = key.is_some();
+    let render = |run: &RunState| {
+        let mut body = render(run);
+        base.prefix_fields(&mut body);
+        body
+    };
     let respond = |run: &RunState| (StatusCode::CREATED.as_u16(), render(run));
     let outcome = state.services.create_run(&caller.principal, &body, key, &respond).await?;
     let mut response = match outcome {
@@ -83,22 +91,24 @@ fn created_body(run: &RunState) -> Value {
 pub(crate) async fn snapshot(
     caller: Caller,
     State(state): State<AppState>,
+    base: BasePath,
     Path(run_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
     let run = state.services.get_run_summary(caller.tenant(), &run_id).await?;
-    Ok(Json(run_document(Wire::V1, &state, &run)))
+    Ok(Json(run_document(Wire::V1, &state, &base, &run)))
 }
 
 /// The document `GET /v1/runs/{runId}` (or `/runs/{runId}` on v2) answers for `run`: the
 /// snapshot and, while the run waits on one, its open interrupt (with its signed token; on
 /// v2 also the unversioned `callbackUrl`). `values` stream frames carry the same document.
-pub(crate) fn run_document(wire: Wire, state: &AppState, run: &RunState) -> Value {
-    let mut doc = crate::render::snapshot_for(wire, run);
-    if let Some(mut view) = interrupt_view(&signer(state), run, state.services.clock.now()) {
+/// Links are prefixed with `base`.
+pub(crate) fn run_document(wire: Wire, state: &AppState, base: &BasePath, run: &RunState) -> Value {
+    let mut doc = crate::render::snapshot_for(wire, base, run);
+    if let Some(mut view) = interrupt_view(&signer(state), run, state.services.clock.now(), base) {
         if wire == Wire::V2 {
             if let Some(token) = view["interruptToken"].as_str().map(str::to_owned) {
-                view["callbackUrl"] = json!(format!("/interrupts/{token}"));
+                view["callbackUrl"] = json!(base.link(&format!("/interrupts/{token}")));
             }
         }
         doc["interrupt"] = view;

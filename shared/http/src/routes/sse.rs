@@ -28,6 +28,7 @@ use trellis_core::ports::StoredEvent;
 
 use super::stream::{Base, Filter};
 use crate::event_json::{event_doc, run_events, write_doc};
+use crate::links::BasePath;
 use crate::render::{wire_run_id, Wire};
 use crate::AppState;
 
@@ -50,6 +51,8 @@ fn frame(id: Option<u64>, event: &str, data: &[u8]) -> Vec<u8> {
 pub(crate) struct Stream {
     pub(crate) state: AppState,
     pub(crate) wire: Wire,
+    /// The prefix of the links in `values` snapshots.
+    pub(crate) base: BasePath,
     pub(crate) tenant: String,
     pub(crate) run_id: String,
     pub(crate) filter: Filter,
@@ -89,7 +92,7 @@ impl Stream {
     /// The run's snapshot frame, read now.
     async fn snapshot_frame(&self) -> Option<Vec<u8>> {
         let run = self.state.services.get_run_summary(&self.tenant, &self.run_id).await.ok()?;
-        let doc = super::runs::run_document(self.wire, &self.state, &run);
+        let doc = super::runs::run_document(self.wire, &self.state, &self.base, &run);
         Some(frame(self.cursor, "state.snapshot", doc.to_string().as_bytes()))
     }
 

@@ -30,6 +30,7 @@ use trellis_core::event::types::OUTPUT_CHUNK;
 use crate::auth::{Caller, Scope};
 use crate::error::ApiError;
 use crate::event_json::{page_response, run_events, EventDocs, V1Page, V2Page};
+use crate::links::BasePath;
 use crate::render::{wire_run_id, Wire};
 use crate::AppState;
 
@@ -168,17 +169,20 @@ pub(crate) async fn events(
     caller: Caller,
     State(state): State<AppState>,
     Path(run_id): Path<String>,
+    base: BasePath,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::RunsRead)?;
-    open(Wire::V1, state, caller.tenant(), &run_id, &query, &headers).await
+    open(Wire::V1, state, base, caller.tenant(), &run_id, &query, &headers).await
 }
 
-/// Opens the event stream of `run_id` (internal id) for `wire`.
+/// Opens the event stream of `run_id` (internal id) for `wire`; `values` snapshots carry
+/// links under `base`.
 pub(crate) async fn open(
     wire: Wire,
     state: AppState,
+    base: BasePath,
     tenant: &str,
     run_id: &str,
     query: &HashMap<String, String>,
@@ -237,6 +241,7 @@ pub(crate) async fn open(
     let stream = sse::Stream {
         state,
         wire,
+        base,
         tenant: tenant.to_owned(),
         run_id: run.run_id,
         filter,

@@ -1,6 +1,6 @@
 //! `GET /v1/workflows/{workflowId}`: the stored definition, verbatim. `GET /v1/workflows`
 //! (a host extension): the definitions the caller's tenant can start, by id, paged like
-//! `GET /v1/runs`. `POST /v1/workflows`: registration.
+//! `GET /v1/runs`. `POST /v1/workflows`: registration; `POST /v1/workflows:validate`: its dry run.
 
 use std::collections::HashMap;
 
@@ -92,4 +92,26 @@ pub(crate) async fn register(
         "contentHash": workflow.content_hash,
     });
     Ok((status, Json(body)).into_response())
+}
+
+/// `POST /v1/workflows:validate` (a host extension): a dry run of registration. The body is a
+/// definition exactly as `POST /v1/workflows` takes it; a definition registration would
+/// accept answers `200 {valid: true, workflowId, version, nodes}` and nothing is stored; any
+/// other answers the very error registration would (`400 validation_error`, `409
+/// version_conflict`, `422 capability_required`, with their details). Same scope as
+/// registration; never kept by the idempotency layer.
+pub(crate) async fn validate(
+    caller: Caller,
+    State(state): State<AppState>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::WorkflowsWrite)?;
+    let document = super::json_body(&body)?.ok_or_else(|| ApiError::validation("a JSON request body is required"))?;
+    let workflow = state.services.validate_workflow_as(&caller.principal, document).await?;
+    Ok(Json(json!({
+        "valid": true,
+        "workflowId": workflow.id(),
+        "version": workflow.definition.version,
+        "nodes": workflow.definition.nodes.len(),
+    })))
 }
