@@ -16,7 +16,9 @@
 //! - [`provision`]: creating the queues outside CloudFormation (emulators);
 //! - [`secrets`]: `credentialsRef` resolved from Secrets Manager or SSM Parameter Store under
 //!   one prefix;
-//! - [`bedrock`]: the `bedrock` model provider kind (Amazon Bedrock's Converse API).
+//! - [`bedrock`]: the `bedrock` model provider kind (Amazon Bedrock's Converse API);
+//! - [`local`]: the local stack (`trellis-aws-local`, the emulated suites): proxy events, the
+//!   queues' event-source mappings, the resources, the reconciler's schedule.
 //!
 //! The Lambda functions in `functions/` are thin `main.rs` files over these.
 
@@ -25,6 +27,7 @@ pub mod batch;
 pub mod bedrock;
 pub mod dispatch;
 pub mod effects;
+pub mod local;
 pub mod message;
 pub mod notifier;
 pub mod provision;
