@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_sqs::types::MessageSystemAttributeName;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 use trellis_aws::app::sdk_config;
-use trellis_aws::dispatch::handle_batch;
+use trellis_aws::local::event::{proxy_request, IncomingRequest};
+use trellis_aws::local::pump::{self, QueueKind};
 use trellis_aws::settings::ApiSettings;
 use trellis_aws::{AwsApp, Settings};
 use trellis_core::limits::HostLimits;
@@ -136,34 +136,28 @@ impl Stack {
         accept: Option<&str>,
     ) -> (u16, Vec<u8>) {
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
-        let query: HashMap<&str, &str> = query.split('&').filter_map(|pair| pair.split_once('=')).collect();
-        let event = json!({
-            "resource": "/{proxy+}",
-            "path": path,
-            "httpMethod": method,
-            "headers": if bearer {
-                json!({"Authorization": format!("Bearer {KEY}"), "Content-Type": "application/json", "Host": "api.example"})
-            } else {
-                json!({"Content-Type": "application/json", "Host": "api.example"})
-            },
-            "multiValueHeaders": {},
-            "queryStringParameters": if query.is_empty() { Value::Null } else { json!(query) },
-            "multiValueQueryStringParameters": if query.is_empty() { Value::Null } else {
-                json!(query.iter().map(|(k, v)| (k.to_string(), vec![v.to_string()])).collect::<HashMap<_, _>>())
-            },
-            "pathParameters": {"proxy": path.trim_start_matches('/')},
-            "stageVariables": null,
-            "requestContext": {"resourcePath": "/{proxy+}", "httpMethod": method, "path": path, "stage": "prod",
-                               "requestId": "r", "identity": {"sourceIp": "127.0.0.1"}, "accountId": "000000000000",
-                               "apiId": "api", "protocol": "HTTP/1.1"},
-            "body": body.map(|b| b.to_string()),
-            "isBase64Encoded": false
-        });
-        let mut event = event;
-        if let Some(accept) = accept {
-            event["headers"]["Accept"] = json!(accept);
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("content-type", "application/json".parse().unwrap());
+        headers.insert("host", "api.example".parse().unwrap());
+        if bearer {
+            headers.insert("authorization", format!("Bearer {KEY}").parse().unwrap());
         }
-        let request = lambda_http::request::from_str(&event.to_string()).expect("API Gateway event parses");
+        if let Some(accept) = accept {
+            headers.insert("accept", accept.parse().unwrap());
+        }
+        let body = body.map(|body| body.to_string()).unwrap_or_default();
+        // As a custom domain calls it: the stage `prod` in the context only.
+        let incoming = IncomingRequest {
+            method,
+            path,
+            query,
+            headers: &headers,
+            body: body.as_bytes(),
+            stage: "prod",
+            stage_in_path: false,
+            source_ip: "127.0.0.1",
+        };
+        let request = proxy_request(&incoming).expect("API Gateway event parses");
         let (parts, body) = request.into_parts();
         let request = axum::http::Request::from_parts(parts, Body::from(body.to_vec()));
         let response = self.router.clone().oneshot(request).await.unwrap();
@@ -198,36 +192,16 @@ impl Stack {
     }
 
     pub async fn receive(&self, queue_url: &str) -> Option<aws_sdk_sqs::types::Message> {
-        let received = self
-            .sqs
-            .receive_message()
-            .queue_url(queue_url)
-            .max_number_of_messages(1)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .expect("receive");
-        received.messages().first().cloned()
+        pump::receive(&self.sqs, queue_url, 1, 0).await.expect("receive").into_iter().next()
     }
 
     pub fn as_event(message: &aws_sdk_sqs::types::Message) -> SqsMessage {
-        let mut record = SqsMessage::default();
-        record.message_id = message.message_id().map(str::to_owned);
-        record.receipt_handle = message.receipt_handle().map(str::to_owned);
-        record.body = message.body().map(str::to_owned);
-        if let Some(attributes) = message.attributes() {
-            for (name, value) in attributes {
-                record.attributes.insert(name.as_str().to_owned(), value.clone());
-            }
-        }
-        record
+        pump::sqs_message(message)
     }
 
     /// The batch the event-source mapping would hand over for one message.
     pub fn single(message: &aws_sdk_sqs::types::Message) -> SqsEvent {
-        let mut event = SqsEvent::default();
-        event.records = vec![Self::as_event(message)];
-        event
+        pump::sqs_event(std::slice::from_ref(message))
     }
 
     pub fn count(&mut self, body: &str) {
@@ -254,30 +228,23 @@ impl Stack {
     }
 
     /// Receives at most one message from each queue and hands it to its handler, deleting
-    /// it unless the handler reported it failed. Returns whether both queues were idle.
+    /// it unless the handler reported it failed (the event-source mapping of
+    /// `trellis_aws::local::pump`, one message at a time so invocations can be counted).
+    /// Returns whether both queues were idle.
     pub async fn pump_once(&mut self, twice: bool) -> bool {
         let mut idle = true;
-        for (queue, fifo) in [(self.queue_url.clone(), false), (self.completion_url.clone(), true)] {
+        for (queue, kind) in
+            [(self.queue_url.clone(), QueueKind::Steps), (self.completion_url.clone(), QueueKind::Completions)]
+        {
             let Some(message) = self.receive(&queue).await else { continue };
             idle = false;
             self.count(message.body().unwrap_or(""));
             let event = Self::single(&message);
-            let handle = |event| async {
-                let response = if fifo {
-                    trellis_aws::dispatch::handle_fifo_batch(&self.app, event).await
-                } else {
-                    handle_batch(&self.app, event).await
-                };
-                !response.batch_item_failures.is_empty()
-            };
-            let mut failed = handle(event.clone()).await;
+            let mut failed = pump::failed_ids(&pump::deliver(&self.app, kind, event.clone()).await);
             if twice {
-                failed |= handle(event).await;
+                failed.extend(pump::failed_ids(&pump::deliver(&self.app, kind, event).await));
             }
-            if !failed {
-                let receipt = message.receipt_handle().unwrap();
-                self.sqs.delete_message().queue_url(&queue).receipt_handle(receipt).send().await.unwrap();
-            }
+            pump::settle(&self.sqs, &queue, std::slice::from_ref(&message), &failed).await.expect("delete");
         }
         idle
     }
