@@ -1,4 +1,6 @@
-//! Command-line arguments. Every `serve` flag also reads an environment variable.
+//! Command-line arguments. Every `serve` flag also reads an environment variable; the client
+//! commands (ping, workflows, runs, interrupts, completions) share the global options of
+//! [`GlobalArgs`], accepted before or after the subcommand.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,12 +12,55 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "trellis",
     version,
-    about = "Trellis: an OpenWOP workflow host. 'trellis serve' runs the embedded host (HTTP API, engine and SQLite store in one process)."
+    about = "Trellis: an OpenWOP workflow host. 'trellis serve' runs the embedded host (HTTP API, engine and SQLite store in one process); the other commands are a client of any Trellis host.",
+    after_help = TOP_AFTER_HELP
 )]
 pub struct Cli {
+    /// The client commands' connection and output options.
+    #[command(flatten)]
+    pub global: GlobalArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// What the top-level help adds: where the client finds its host and key, and exit codes.
+const TOP_AFTER_HELP: &str = "\
+Client commands talk to TRELLIS_URL (default http://127.0.0.1:8080; a path such as an API
+Gateway stage /v is kept) with the bearer key TRELLIS_API_KEY. Precedence: flag, environment,
+config file (TRELLIS_CONFIG, default $XDG_CONFIG_HOME/trellis/config.json), then the development
+key file trellis serve writes (TRELLIS_DATA_DIR/dev-api-key, default trellis-data/dev-api-key).
+
+Exit codes: 0 success (a watched or awaited run completed), 1 the run failed, 2 the run was
+cancelled, 3 usage, HTTP or connection error, or invalid input, 4 runs wait --timeout passed.";
+
+/// The client commands' global options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GlobalArgs {
+    /// The host's base URL; a path in it (an API Gateway stage) is kept.
+    #[arg(long, global = true, env = "TRELLIS_URL", value_name = "URL")]
+    pub url: Option<String>,
+    /// The bearer API key (the variable trellis serve reads too).
+    #[arg(long, global = true, env = "TRELLIS_API_KEY", hide_env_values = true, value_name = "KEY")]
+    pub key: Option<String>,
+    /// A JSON config file {"url", "key"} (both optional).
+    #[arg(long, global = true, env = "TRELLIS_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Output: human tables, or the server's JSON for scripts.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// No colours (NO_COLOR is honoured too).
+    #[arg(long, global = true)]
+    pub no_color: bool,
+}
+
+/// How a client command prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Human-readable tables and lines.
+    Table,
+    /// The server's JSON, pretty (events: one JSON document per line).
+    Json,
 }
 
 /// What `serve --help` adds after the flags: where keys come from, and logging.
@@ -54,6 +99,237 @@ pub enum Command {
     /// keys-file entry (the key itself is never stored).
     #[command(after_help = HASH_KEY_AFTER_HELP)]
     HashKey,
+    /// Check that a host answers (its discovery document) and whether the key is accepted.
+    #[command(after_help = "Example: trellis ping --wait 10 (retries until the host answers, up to 10 s).")]
+    Ping {
+        /// Keep retrying until the host answers, up to this many seconds (0: one try).
+        #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+        wait: u64,
+    },
+    /// List, show, register and validate workflow definitions.
+    #[command(subcommand)]
+    Workflows(WorkflowsCommand),
+    /// Start, list, inspect, watch, wait for and control runs.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// List, inspect and answer pending interrupts (approvals, questions, external events).
+    #[command(subcommand)]
+    Interrupts(InterruptsCommand),
+    /// Print a shell completion script on standard output.
+    #[command(after_help = "Example: trellis completions bash > /etc/bash_completion.d/trellis")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// trellis workflows ...
+#[derive(Debug, Subcommand)]
+pub enum WorkflowsCommand {
+    /// List the workflows visible to the key (every page): ID, VERSION, NAME, NODES.
+    List,
+    /// Show one workflow: a summary and its nodes with their outgoing edges (json: the definition).
+    Show {
+        /// The workflow id.
+        id: String,
+    },
+    /// Register definitions: each FILE, or each *.json file of a directory.
+    #[command(after_help = "Prints one line per file: registered ID (version V). Exit 3 when a file is refused.")]
+    Register {
+        /// Definition files or directories.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Check definitions as registration would, storing nothing.
+    #[command(
+        after_help = "Prints valid: ID per file, or each error with its JSON path and rule; exit 3 when any file is invalid."
+    )]
+    Validate {
+        /// Definition files or directories.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// trellis runs ...
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Start a run of a workflow and print its id.
+    #[command(after_help = RUNS_START_AFTER_HELP)]
+    Start {
+        /// The workflow id.
+        workflow: String,
+        /// An input k=v (repeatable); v is parsed as JSON when it parses, else taken as a string.
+        #[arg(long = "input", value_name = "K=V")]
+        inputs: Vec<String>,
+        /// A JSON object of inputs (--input keys override its keys).
+        #[arg(long, value_name = "FILE")]
+        inputs_file: Option<PathBuf>,
+        /// Sent as the Idempotency-Key header: the same key starts the run once.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+        /// Then watch the run live; the exit code follows its final status.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// List runs (newest first): RUN ID, WORKFLOW, STATUS, CREATED, UPDATED.
+    List {
+        /// Only runs of this workflow.
+        #[arg(long, value_name = "ID")]
+        workflow: Option<String>,
+        /// Only runs in this status (running, waiting-approval, completed, ...).
+        #[arg(long, value_name = "STATUS")]
+        status: Option<String>,
+        /// Runs per page.
+        #[arg(long, value_name = "N")]
+        limit: Option<u32>,
+        /// Follow the cursors: every page.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show a run: status, times, current node, error, pending interrupt and outputs.
+    Show {
+        /// The run id.
+        run_id: String,
+    },
+    /// Print a run's event log: SEQ TIME TYPE NODE summary (json: one event per line).
+    Events {
+        /// The run id.
+        run_id: String,
+        /// Keep streaming until the run ends.
+        #[arg(long)]
+        follow: bool,
+        /// Only events after this sequence.
+        #[arg(long, value_name = "SEQ")]
+        after: Option<u64>,
+    },
+    /// Watch a run live until it ends; the exit code follows its final status.
+    #[command(after_help = WATCH_AFTER_HELP)]
+    Watch {
+        /// The run id.
+        run_id: String,
+    },
+    /// Cancel a run.
+    Cancel {
+        /// The run id.
+        run_id: String,
+        /// Why (recorded on the run).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Pause a run (after its current node, or at once with --immediate).
+    Pause {
+        /// The run id.
+        run_id: String,
+        /// Why (recorded on the run).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Pause now instead of after the current node.
+        #[arg(long)]
+        immediate: bool,
+    },
+    /// Resume a paused run.
+    Resume {
+        /// The run id.
+        run_id: String,
+        /// Why (recorded on the run).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Wait until a run reaches a status (default: any terminal status).
+    #[command(after_help = "Exit: 0 completed (or --until reached), 1 failed, 2 cancelled, 4 --timeout passed first.")]
+    Wait {
+        /// The run id.
+        run_id: String,
+        /// The status to wait for (e.g. waiting-approval); a terminal status ends the wait too.
+        #[arg(long, value_name = "STATUS")]
+        until: Option<String>,
+        /// Give up after this many seconds (exit 4).
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
+    },
+}
+
+/// What runs start --help adds.
+const RUNS_START_AFTER_HELP: &str = "\
+Examples:
+  trellis runs start conformance-delay --input delayMs=500
+  trellis runs start my-flow --inputs-file inputs.json --input name='\"quoted\"' --watch";
+
+/// What runs watch --help adds.
+const WATCH_AFTER_HELP: &str = "\
+On a terminal: a header, a progress bar over the nodes, one line per started node, the command
+that answers a pending interrupt, child runs under their node. Piped: one plain line per
+transition. Exit: 0 completed, 1 failed, 2 cancelled.";
+
+/// trellis interrupts ...
+#[derive(Debug, Subcommand)]
+pub enum InterruptsCommand {
+    /// List the pending interrupts of the key's tenant.
+    List {
+        /// Only this run's.
+        #[arg(long = "run", value_name = "RUN_ID")]
+        run_id: Option<String>,
+    },
+    /// Show a pending interrupt: kind, data, resume schema, expiry, the commands that answer it.
+    Show {
+        /// Which interrupt.
+        #[command(flatten)]
+        target: InterruptTarget,
+    },
+    /// Approve: resumeValue {"action": "accept"}.
+    Approve {
+        /// Which interrupt.
+        #[command(flatten)]
+        target: InterruptTarget,
+        /// A comment recorded with the decision.
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Reject: resumeValue {"action": "reject"}.
+    Reject {
+        /// Which interrupt.
+        #[command(flatten)]
+        target: InterruptTarget,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Answer with any value, checked against the interrupt's resume schema before it is sent.
+    #[command(after_help = ANSWER_AFTER_HELP)]
+    Answer {
+        /// Which interrupt.
+        #[command(flatten)]
+        target: InterruptTarget,
+        /// The resume value as JSON.
+        #[arg(long, value_name = "JSON", conflicts_with_all = ["value_file", "set"])]
+        value: Option<String>,
+        /// A file holding the resume value as JSON.
+        #[arg(long, value_name = "FILE", conflicts_with = "set")]
+        value_file: Option<PathBuf>,
+        /// A field k=v of an object value (repeatable); v parsed as JSON when it parses.
+        #[arg(long, value_name = "K=V")]
+        set: Vec<String>,
+    },
+}
+
+/// What interrupts answer --help adds.
+const ANSWER_AFTER_HELP: &str = "\
+A value the resume schema refuses is not sent: each error is printed with its path, exit 3.
+Example: trellis interrupts answer RUN ask --value '{\"answers\": {\"q1\": \"blue\"}}'";
+
+/// Which interrupt: by run and node, or by its token.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InterruptTarget {
+    /// The run id.
+    #[arg(required_unless_present = "token", requires = "node_id")]
+    pub run_id: Option<String>,
+    /// The node id of the interrupt.
+    #[arg(required_unless_present = "token")]
+    pub node_id: Option<String>,
+    /// The interrupt token (instead of RUN_ID NODE_ID).
+    #[arg(long, conflicts_with_all = ["run_id", "node_id"])]
+    pub token: Option<String>,
 }
 
 /// How logs are written.

@@ -1,21 +1,34 @@
-//! The two subcommands, run from parsed arguments: `serve` starts an [`EmbeddedHost`] and
-//! holds it until SIGINT or SIGTERM; `hash-key` prints the hash of a key read from standard
-//! input. Each returns the process's exit code; `main.rs` only parses and calls [`run`].
+//! The subcommands, run from parsed arguments: `serve` starts an [`EmbeddedHost`] and holds it
+//! until SIGINT or SIGTERM; `hash-key` prints the hash of a key read from standard input; the
+//! client commands go to [`crate::client`]. Each returns the process's exit code; `main.rs`
+//! only parses and calls [`run`].
 
 use std::process::ExitCode;
 
 use trellis_http::ApiKey;
 use trellis_worker::CrashPoint;
 
-use crate::args::{Command, ProcessArgs, ServeArgs};
+use crate::args::{Cli, Command, ProcessArgs, ServeArgs};
 use crate::host::{EmbeddedHost, HostOptions};
 use crate::serve::ConnectionSettings;
 
-/// Runs `command` to its end.
-pub async fn run(command: Command) -> ExitCode {
-    match command {
-        Command::Serve { args, process } => serve(&args, &process).await,
+/// Runs the parsed command line to its end.
+pub async fn run(cli: Cli) -> ExitCode {
+    match &cli.command {
+        Command::Serve { args, process } => serve(args, process).await,
         Command::HashKey => hash_key(),
+        client => crate::client::run(&cli.global, client).await.into(),
+    }
+}
+
+/// The exit code of a command line clap refused: 0 for help and version, 3 (a usage error,
+/// as for every client command) otherwise. Prints clap's message.
+pub fn parse_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let _ = error.print();
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+        _ => crate::client::exit::Exit::Error.into(),
     }
 }
 

@@ -12,5 +12,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    trellis::commands::run(trellis::args::Cli::parse().command).await
+    match trellis::args::Cli::try_parse() {
+        Ok(cli) => trellis::commands::run(cli).await,
+        Err(error) => trellis::commands::parse_error(&error),
+    }
 }

@@ -3,6 +3,8 @@
 //! `OPENWOP_REFERENCE_DIR` points at them.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod client;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -45,6 +47,7 @@ pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
         http_max_response_bytes: 1_048_576,
         secrets_file: None,
         secrets_from_env: false,
+        public_url: None,
         ai: Default::default(),
     }
 }

@@ -1,0 +1,228 @@
+//! A run's event log: [`EventStream`], the SSE reader shared by `runs events --follow`, `runs
+//! watch` and `runs wait` (parsed by the one SSE parser of the workspace, resuming with
+//! `Last-Event-ID` when the server ends a stream before the run is terminal, as API Gateway
+//! streams do), and `runs events` itself.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde_json::Value;
+use trellis_activities::ai::stream::SseParser;
+
+use super::exit::{is_terminal, ClientError};
+use super::http::Api;
+use super::output::{clock, print_json_line, say, Out};
+
+/// The pause before reconnecting after a stream that brought nothing.
+const IDLE_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Whether `event_type` ends a run.
+pub fn is_terminal_event(event_type: &str) -> bool {
+    matches!(event_type, "run.completed" | "run.failed" | "run.cancelled")
+}
+
+/// The events of one run, live, in order, each once.
+#[derive(Debug)]
+pub struct EventStream {
+    api: Api,
+    run_id: String,
+    last: Option<u64>,
+    parser: SseParser,
+    response: Option<reqwest::Response>,
+    pending: VecDeque<Value>,
+    done: bool,
+}
+
+impl EventStream {
+    /// The stream of `run_id`'s events after sequence `after` (all when `None`).
+    pub fn new(api: Api, run_id: &str, after: Option<u64>) -> Self {
+        Self {
+            api,
+            run_id: run_id.to_owned(),
+            last: after,
+            parser: SseParser::default(),
+            response: None,
+            pending: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// The run this stream reads.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The next event, or `None` once the run's terminal event was read (or the run is
+    /// terminal and nothing more comes).
+    pub async fn next(&mut self) -> Result<Option<Value>, ClientError> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Ok(Some(event));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            let path = format!("/v1/runs/{}/events?streamMode=debug", self.run_id);
+            let response = match self.response.as_mut() {
+                Some(response) => response,
+                None => self.response.insert(self.api.open_stream(&path, self.last).await?),
+            };
+            match response.chunk().await {
+                Ok(Some(bytes)) => {
+                    let events = self.parser.push(&bytes);
+                    self.accept(events);
+                }
+                Ok(None) | Err(_) => {
+                    // The server ended the stream (or it broke off): take what is left, then
+                    // resume after the last event read, unless the run is over.
+                    self.response = None;
+                    let rest: Vec<_> = self.parser.finish().into_iter().collect();
+                    let before = self.pending.len();
+                    self.accept(rest);
+                    self.parser = SseParser::default();
+                    if self.pending.len() == before && !self.done {
+                        let snapshot = self.api.get(&format!("/v1/runs/{}", self.run_id)).await?;
+                        let status = snapshot["status"].as_str().unwrap_or("");
+                        if is_terminal(status) && self.caught_up().await? {
+                            self.done = true;
+                        } else {
+                            tokio::time::sleep(IDLE_BACKOFF).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether every event of the (terminal) run has been read.
+    async fn caught_up(&mut self) -> Result<bool, ClientError> {
+        let after = self.last.map_or(-1, |last| last as i64);
+        let page =
+            self.api.get(&format!("/v1/runs/{}/events/poll?timeout=0&lastSequence={after}", self.run_id)).await?;
+        let events: Vec<Value> = page["events"].as_array().cloned().unwrap_or_default();
+        if events.is_empty() {
+            return Ok(true);
+        }
+        for event in events {
+            self.admit(event);
+        }
+        Ok(false)
+    }
+
+    fn accept(&mut self, events: Vec<trellis_activities::ai::stream::SseEvent>) {
+        for frame in events {
+            let Ok(data) = serde_json::from_str::<Value>(&frame.data) else { continue };
+            match (frame.event.as_deref(), data) {
+                (Some("batch"), Value::Array(items)) => items.into_iter().for_each(|item| self.admit(item)),
+                (Some("state.snapshot" | "ai.message.chunk"), _) => {}
+                (_, event) => self.admit(event),
+            }
+            if let Some(id) = frame.id.as_deref().and_then(|id| id.parse::<u64>().ok()) {
+                self.last = Some(self.last.map_or(id, |last| last.max(id)));
+            }
+        }
+    }
+
+    fn admit(&mut self, event: Value) {
+        let Some(sequence) = event["sequence"].as_u64() else { return };
+        if self.last.is_some_and(|last| sequence <= last) {
+            // Already delivered (a resumed stream repeats nothing, but a batch may overlap).
+            return;
+        }
+        self.last = Some(sequence);
+        if event["type"].as_str().is_some_and(is_terminal_event) {
+            self.done = true;
+        }
+        self.pending.push_back(event);
+    }
+}
+
+/// One event as a log line: `SEQ  TIME  TYPE  NODE  summary`.
+pub fn event_line(event: &Value) -> String {
+    let node = event["nodeId"].as_str().unwrap_or("-");
+    format!(
+        "{:<4} {}  {:<22} {:<16} {}",
+        event["sequence"].to_string(),
+        clock(event["timestamp"].as_str().unwrap_or("")),
+        event["type"].as_str().unwrap_or("?"),
+        node,
+        summary(event)
+    )
+    .trim_end()
+    .to_owned()
+}
+
+/// A few words on what an event says.
+pub fn summary(event: &Value) -> String {
+    let payload = &event["payload"];
+    let text = |field: &str| payload[field].as_str().map(str::to_owned);
+    match event["type"].as_str().unwrap_or("") {
+        "run.started" => text("workflowId").map(|id| format!("workflow {id}")).unwrap_or_default(),
+        "node.started" => text("typeId").unwrap_or_default(),
+        "node.completed" | "run.completed" => payload["durationMs"].as_u64().map(seconds).unwrap_or_default(),
+        "node.failed" | "run.failed" => error_text(&payload["error"]),
+        "node.dispatched" => text("childRunId").map(|id| format!("child {id}")).unwrap_or_default(),
+        "node.suspended" | "interrupt.requested" => text("kind").unwrap_or_default(),
+        "interrupt.resolved" => text("outcome").unwrap_or_default(),
+        "run.cancelled" => text("reason").unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// An error object as `code: message`.
+pub fn error_text(error: &Value) -> String {
+    match (error["code"].as_str(), error["message"].as_str()) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        (Some(text), None) | (None, Some(text)) => text.to_owned(),
+        _ if error.is_string() => error.as_str().unwrap_or_default().to_owned(),
+        _ if error.is_null() => String::new(),
+        _ => error.to_string(),
+    }
+}
+
+/// Milliseconds as `1.2s`.
+pub fn seconds(ms: u64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+/// `trellis runs events RUN_ID [--follow] [--after SEQ]`.
+pub async fn run_events(
+    api: &Api,
+    out: Out,
+    run_id: &str,
+    follow: bool,
+    after: Option<u64>,
+) -> Result<(), ClientError> {
+    let print = |event: &Value| {
+        if out.json() {
+            print_json_line(event);
+        } else {
+            say!("{}", event_line(event));
+        }
+    };
+    if follow {
+        let mut stream = EventStream::new(api.clone(), run_id, after);
+        while let Some(event) = stream.next().await? {
+            print(&event);
+        }
+        return Ok(());
+    }
+    let mut cursor = after.map_or(-1, |after| after as i64);
+    loop {
+        let page = api
+            .send(
+                reqwest::Method::GET,
+                &format!("/v1/runs/{run_id}/events?streamMode=debug&lastSequence={cursor}"),
+                None,
+                &[],
+            )
+            .await?;
+        let events = page["events"].as_array().cloned().unwrap_or_default();
+        events.iter().for_each(print);
+        let next = page["lastEventSeq"].as_i64().unwrap_or(cursor);
+        if events.is_empty() || next <= cursor || page["isComplete"] == Value::Bool(true) {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}

@@ -1,0 +1,161 @@
+//! The one HTTP client of the client commands: requests go to `{url}/v1/...` (the URL's path,
+//! an API Gateway stage, kept), with the bearer key when there is one, a 5 s connect timeout
+//! and a 30 s request timeout (streams: no request timeout). A non-2xx answer becomes
+//! [`ClientError::Http`] from the `{error, message, details}` envelope.
+
+use std::time::Duration;
+
+use reqwest::{Method, RequestBuilder, Response};
+use serde_json::Value;
+
+use super::config::Target;
+use super::exit::ClientError;
+
+/// Connecting gives up after this.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A (non-stream) request gives up after this.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A host's API, as one key sees it. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Api {
+    base: String,
+    key: Option<String>,
+    http: reqwest::Client,
+    streams: reqwest::Client,
+}
+
+impl Api {
+    /// A client of `target`.
+    pub fn new(target: &Target) -> Result<Self, ClientError> {
+        if target.url.starts_with("https://") && !cfg!(feature = "tls") {
+            return Err(ClientError::Input(format!(
+                "{}: this trellis binary was built without HTTPS support (cargo feature tls)",
+                target.url
+            )));
+        }
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let build = |timeout: Option<Duration>| {
+            let mut builder = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
+            if let Some(timeout) = timeout {
+                builder = builder.timeout(timeout);
+            }
+            builder.build().map_err(|error| ClientError::Input(format!("HTTP client: {error}")))
+        };
+        Ok(Self {
+            base: target.url.clone(),
+            key: target.key.clone(),
+            http: build(Some(REQUEST_TIMEOUT))?,
+            streams: build(None)?,
+        })
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Whether a key is configured.
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
+    }
+
+    /// `{base}{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn request(&self, client: &reqwest::Client, method: Method, path: &str) -> RequestBuilder {
+        let request = client.request(method, self.url(path));
+        match &self.key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    /// `GET path` without the key (discovery).
+    pub async fn get_anonymous(&self, path: &str) -> Result<Value, ClientError> {
+        let response = self.http.get(self.url(path)).send().await.map_err(|error| self.connect_error(path, &error))?;
+        self.json(path, response).await
+    }
+
+    /// `GET path`, the 2xx JSON body.
+    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+        self.send(Method::GET, path, None, &[]).await
+    }
+
+    /// `POST path` with a JSON body, the 2xx JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.send(Method::POST, path, Some(body), &[]).await
+    }
+
+    /// One request with optional JSON body and extra headers; the 2xx JSON body.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<Value, ClientError> {
+        let mut request = self.request(&self.http, method, path).header("accept", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|error| self.connect_error(path, &error))?;
+        self.json(path, response).await
+    }
+
+    /// Opens the SSE stream `path` (resuming after `last_event_id`); the 2xx response.
+    pub async fn open_stream(&self, path: &str, last_event_id: Option<u64>) -> Result<Response, ClientError> {
+        let mut request = self.request(&self.streams, Method::GET, path).header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let response = request.send().await.map_err(|error| self.connect_error(path, &error))?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(envelope(response).await)
+        }
+    }
+
+    async fn json(&self, path: &str, response: Response) -> Result<Value, ClientError> {
+        if !response.status().is_success() {
+            return Err(envelope(response).await);
+        }
+        let text = response.text().await.map_err(|error| self.connect_error(path, &error))?;
+        if text.trim().is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&text).map_err(|error| ClientError::Connect {
+            url: self.url(path),
+            message: format!("the answer is not JSON ({error})"),
+        })
+    }
+
+    /// A transport error of a request to `path`.
+    pub fn connect_error(&self, path: &str, error: &reqwest::Error) -> ClientError {
+        let mut message = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            message = format!("{message}: {cause}");
+            source = cause.source();
+        }
+        ClientError::Connect { url: self.url(path), message }
+    }
+}
+
+/// The error of a non-2xx `response`: its envelope, or its status and the start of its body.
+async fn envelope(response: Response) -> ClientError {
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let field = |name: &str| body.get(name).and_then(Value::as_str).map(str::to_owned);
+    let error = field("error").unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned());
+    let message = field("message").unwrap_or_else(|| text.chars().take(200).collect());
+    ClientError::Http { status: status.as_u16(), error, message, details: body.get("details").cloned() }
+}
