@@ -225,3 +225,33 @@ async fn a_crash_after_the_interrupt_commits_still_notifies_the_worker() {
 async fn a_crash_after_the_effects_before_the_acknowledgement_still_notifies_once_per_delivery() {
     crash_then_notify("after-effects").await;
 }
+
+#[tokio::test]
+async fn with_a_public_url_the_task_links_keep_its_path_and_carry_the_absolute_url() {
+    use clap::Parser;
+    let mut args = serve_args(None);
+    args.public_url =
+        Some(trellis_core::interrupt::callback::PublicUrl::parse("test", "https://trellis.example/api/").unwrap());
+    let host = start(args).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    let receiver = CallbackReceiver::start(Vec::new()).await;
+    register(&client, workflow("cb-public", json!({}), 60_000)).await;
+    let run_id = client.create(json!({"workflowId": "cb-public", "callbackUrl": receiver.url()})).await;
+    let task = receiver.wait_for(1, WITHIN).await.remove(0);
+    let token = task["token"].as_str().unwrap();
+    assert_eq!(task["resolvePath"], format!("/api/v1/interrupts/{token}"));
+    assert_eq!(task["resolveUrl"], format!("https://trellis.example/api/v1/interrupts/{token}"));
+    let (status, answer) = resolve(&client, token, json!({"eventPayload": {"job": "j-1"}})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(client.wait_terminal(&run_id, WITHIN).await["status"], "completed");
+    host.stop().await;
+
+    // The setting is checked at start, the error naming it.
+    for bad in ["https://trellis.example/api?x=1", "https://trellis.example/api#top", "/api", "ftp://trellis.example"] {
+        let error = trellis::args::ServeArgs::try_parse_from(["serve", "--memory", "--public-url", bad]).unwrap_err();
+        assert!(error.to_string().contains("--public-url"), "{bad}: {error}");
+    }
+    let parsed =
+        trellis::args::ServeArgs::try_parse_from(["serve", "--public-url", "https://trellis.example/v"]).unwrap();
+    assert!(parsed.public_url.is_some());
+}

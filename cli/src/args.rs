@@ -405,9 +405,19 @@ pub struct ServeArgs {
     /// reference upper-cased, `-` and `.` as `_`; read once at start; after the secrets file).
     #[arg(long, env = "TRELLIS_SECRETS_FROM_ENV")]
     pub secrets_from_env: bool,
+    /// The host's public base URL, as clients reach it (e.g. `https://trellis.example/api`):
+    /// a worker's callback task then carries `resolveUrl` (absolute) and its `resolvePath`
+    /// keeps the URL's path. Absolute http(s), no query or fragment (see docs/callbacks.md).
+    #[arg(long, env = "TRELLIS_PUBLIC_URL", value_name = "URL", value_parser = parse_public_url)]
+    pub public_url: Option<trellis_core::interrupt::callback::PublicUrl>,
     /// Model providers for `core.ai.callPrompt`.
     #[command(flatten)]
     pub ai: AiArgs,
+}
+
+/// `--public-url`: checked at start, the error naming the setting.
+fn parse_public_url(text: &str) -> Result<trellis_core::interrupt::callback::PublicUrl, String> {
+    trellis_core::interrupt::callback::PublicUrl::parse("--public-url (TRELLIS_PUBLIC_URL)", text)
 }
 
 /// The model providers `core.ai.callPrompt` may call (host configuration: a workflow or a

@@ -224,7 +224,8 @@ impl EmbeddedHost {
         // The token key: the API verifies interrupt tokens with it, the worker signs the
         // tokens its callback notifies carry with it.
         let cursor_key = keys::cursor_secret((!args.memory).then_some(args.data_dir.as_path()))?;
-        let callbacks = Callbacks::new(&cursor_key[..], callback_sender(args)?);
+        let callbacks =
+            Callbacks::new(&cursor_key[..], callback_sender(args)?).with_public_url(args.public_url.clone());
         let services =
             Services::new(ports, limits).with_test_seams(args.test_seams).with_nodes(nodes).with_callbacks(callbacks);
         let services = Arc::new(services.with_step_chaining(STEP_CHAIN_LIMIT));

@@ -92,11 +92,11 @@ pub fn node_registry_of(
 
 /// How the dispatcher notifies external workers: tokens signed with the key the API derives
 /// from the same `TRELLIS_CURSOR_SECRET`, POSTs through `core.http.request`'s client and address
-/// policy; `None` without the secret.
+/// policy, their links under `TRELLIS_PUBLIC_URL` when set; `None` without the secret.
 pub fn callbacks(settings: &Settings) -> Option<Callbacks> {
     let secret = settings.callback_secret.as_deref()?;
     let sender = HttpCallbackSender::new(HttpClient::system(settings.http.clone()));
-    Some(Callbacks::new(&ApiKey::hash_of(secret)[..], Arc::new(sender)))
+    Some(Callbacks::new(&ApiKey::hash_of(secret)[..], Arc::new(sender)).with_public_url(settings.public_url.clone()))
 }
 
 impl AwsApp {

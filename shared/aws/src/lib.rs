@@ -19,6 +19,7 @@
 //! - [`bedrock`]: the `bedrock` model provider kind (Amazon Bedrock's Converse API);
 //! - [`local`]: the local stack (`trellis-aws-local`, the emulated suites): proxy events, the
 //!   queues' event-source mappings, the resources, the reconciler's schedule.
+//! - [`stage`]: links kept under the API Gateway stage the request came through.
 //!
 //! The Lambda functions in `functions/` are thin `main.rs` files over these.
 
@@ -34,6 +35,7 @@ pub mod provision;
 pub mod reconcile;
 pub mod secrets;
 pub mod settings;
+pub mod stage;
 
 pub use app::AwsApp;
 pub use settings::{Settings, SettingsError};

@@ -72,6 +72,11 @@ pub struct Settings {
     /// start. Keys are never in it: each provider's `credentialsRef` resolves through
     /// [`Settings::secrets`]. Empty: no provider (mock providers still answer).
     pub ai_providers: String,
+    /// `TRELLIS_PUBLIC_URL` (optional): the API's public base URL, its stage included
+    /// (`https://{api}.execute-api.{region}.amazonaws.com/v`). The dispatcher's callback tasks
+    /// then carry `resolveUrl` and a `resolvePath` under the URL's path (`docs/callbacks.md`).
+    /// Absolute http(s), no query or fragment; checked at cold start.
+    pub public_url: Option<trellis_core::interrupt::callback::PublicUrl>,
 }
 
 /// The settings only the API function reads.
@@ -189,6 +194,7 @@ impl Settings {
             http: http_settings(lookup)?,
             secrets: crate::secrets::SecretsSettings::from_lookup(lookup)?,
             ai_providers: ai_providers(lookup)?,
+            public_url: public_url(lookup)?,
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
                 max_run_duration_ms,
@@ -197,6 +203,18 @@ impl Settings {
                 max_attempt_ms: dispatcher_timeout_ms.saturating_sub(COMMIT_MARGIN_MS),
             },
         })
+    }
+}
+
+/// `TRELLIS_PUBLIC_URL`, refused at cold start unless an absolute http(s) URL without query
+/// or fragment.
+fn public_url(lookup: Lookup<'_>) -> Result<Option<trellis_core::interrupt::callback::PublicUrl>, SettingsError> {
+    let name = "TRELLIS_PUBLIC_URL";
+    match lookup(name).filter(|text| !text.trim().is_empty()) {
+        None => Ok(None),
+        Some(text) => trellis_core::interrupt::callback::PublicUrl::parse(name, &text)
+            .map(Some)
+            .map_err(|reason| SettingsError::Invalid { name, reason }),
     }
 }
 
@@ -362,5 +380,23 @@ mod tests {
         }
         let allowed = lookup(&[base[0], base[1], base[2], ("TRELLIS_HTTP_ALLOW_PRIVATE_NETS", "10.1.0.0/16")]);
         assert_ne!(Settings::from_lookup(&allowed).unwrap().http.allow, AllowList::none());
+    }
+
+    #[test]
+    fn the_public_url_is_optional_and_checked_at_cold_start() {
+        let base =
+            [("TRELLIS_TABLE_NAME", "t"), ("TRELLIS_STEP_QUEUE_URL", "q"), ("TRELLIS_COMPLETION_QUEUE_URL", "c")];
+        assert_eq!(Settings::from_lookup(&lookup(&base)).unwrap().public_url, None);
+        let good = lookup(&[base[0], base[1], base[2], ("TRELLIS_PUBLIC_URL", "https://a.execute-api.example.com/v")]);
+        let public = Settings::from_lookup(&good).unwrap().public_url.expect("a public URL");
+        assert_eq!(public.path_of("/v1/interrupts/t"), "/v/v1/interrupts/t");
+        for bad in ["/v", "https://a.example/v?x=1", "https://a.example/v#f", "ftp://a.example/v"] {
+            match Settings::from_lookup(&lookup(&[base[0], base[1], base[2], ("TRELLIS_PUBLIC_URL", bad)])) {
+                Err(SettingsError::Invalid { name: "TRELLIS_PUBLIC_URL", reason }) => {
+                    assert!(reason.contains("TRELLIS_PUBLIC_URL"), "{bad}: {reason}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 }

@@ -26,13 +26,13 @@ pub(crate) async fn notify(
         warn!(run_id = %task.run_id, node = node_id, "no callback sender is configured; the worker is not notified");
         return Ok(TaskResult::Ignored);
     };
-    let Callbacks { signer, sender, attempts, backoff_ms } = callbacks.as_ref();
+    let Callbacks { signer, sender, attempts, backoff_ms, public_url } = callbacks.as_ref();
     let mut delay = *backoff_ms;
     for attempt in 1..=(*attempts).max(1) {
         let Some(run) = services.store.load_run(&task.run_id).await? else { return Ok(TaskResult::Ignored) };
         let workflow = services.pinned_workflow(&run).await?;
         let now = services.clock.now();
-        let Some(notify) = prepare(signer, &workflow, &run, node_id, interrupt_id, now) else {
+        let Some(notify) = prepare(signer, public_url.as_ref(), &workflow, &run, node_id, interrupt_id, now) else {
             debug!(run_id = %task.run_id, node = node_id, "the interrupt is no longer pending; not notifying");
             return Ok(TaskResult::Ignored);
         };

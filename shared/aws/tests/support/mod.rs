@@ -89,11 +89,14 @@ pub async fn stack_with(secrets: trellis_aws::secrets::SecretsSettings, ai_provi
         // The API's cursor secret below: the dispatcher signs callback tokens the API verifies.
         callback_secret: Some("s".repeat(32)),
         ai_providers,
+        public_url: None,
     };
     let app = AwsApp::new(settings, &config);
     let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*", "test:seams"]}]);
     let api = ApiSettings { api_keys: keys.to_string(), cursor_secret: "s".repeat(32), stream_max_seconds: 30 };
-    let router = trellis_http::router(app.api_state(&api).await.expect("api state"));
+    let router = trellis_aws::stage::router_with_stage_links(trellis_http::router(
+        app.api_state(&api).await.expect("api state"),
+    ));
     Stack { app, router, sqs, queue_url, dlq_url, completion_url: queues.completion, invocations: HashMap::new() }
 }
 
@@ -135,6 +138,22 @@ impl Stack {
         bearer: bool,
         accept: Option<&str>,
     ) -> (u16, Vec<u8>) {
+        let (status, _, bytes) = self.request_at(None, method, path, body, bearer, accept).await;
+        (status, bytes)
+    }
+
+    /// [`Stack::request_bytes`] called through `stage` in the path, as the default execute-api
+    /// URL is (`requestContext.path` `/{stage}{path}`); `None`: as a custom domain is, with
+    /// the stage `prod` in the context only. Answers the headers too.
+    pub async fn request_at(
+        &self,
+        stage: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        bearer: bool,
+        accept: Option<&str>,
+    ) -> (u16, axum::http::HeaderMap, Vec<u8>) {
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         let mut headers = axum::http::HeaderMap::new();
         headers.insert("content-type", "application/json".parse().unwrap());
@@ -146,15 +165,14 @@ impl Stack {
             headers.insert("accept", accept.parse().unwrap());
         }
         let body = body.map(|body| body.to_string()).unwrap_or_default();
-        // As a custom domain calls it: the stage `prod` in the context only.
         let incoming = IncomingRequest {
             method,
             path,
             query,
             headers: &headers,
             body: body.as_bytes(),
-            stage: "prod",
-            stage_in_path: false,
+            stage: stage.unwrap_or("prod"),
+            stage_in_path: stage.is_some(),
             source_ip: "127.0.0.1",
         };
         let request = proxy_request(&incoming).expect("API Gateway event parses");
@@ -162,8 +180,9 @@ impl Stack {
         let request = axum::http::Request::from_parts(parts, Body::from(body.to_vec()));
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status().as_u16();
+        let headers = response.headers().clone();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, bytes.to_vec())
+        (status, headers, bytes.to_vec())
     }
 
     pub async fn create(&self, body: Value) -> String {
@@ -328,6 +347,7 @@ pub async fn embedded_host_with(
         http_max_response_bytes: 1_048_576,
         secrets_file: None,
         secrets_from_env: false,
+        public_url: None,
         ai,
     };
     let options = trellis::host::HostOptions { api_key: Some(KEY.to_owned()), hold_worker, ..Default::default() };

@@ -18,6 +18,10 @@
 //!   `heartbeat_timeout`, retried under `settings.retry`), and `{failure: {code, message,
 //!   retryable?}}` fails the attempt (retried under `settings.retry` unless `retryable` is
 //!   false, then the node's failure routes).
+//! - **Links**: the body's `resolvePath` is the token route (`/v1/interrupts/{token}`); with
+//!   the host's public base URL ([`PublicUrl`]: `--public-url` / `TRELLIS_PUBLIC_URL`) it keeps
+//!   that URL's path (`/v/v1/interrupts/{token}` under an API Gateway stage) and the body also
+//!   carries `resolveUrl`, the absolute URL.
 
 use std::sync::Arc;
 
@@ -59,6 +63,43 @@ pub fn check_url(field: &str, url: &str) -> Result<(), String> {
         return Err(format!("{field} must not carry credentials"));
     }
     Ok(())
+}
+
+/// The host's public base URL (`--public-url` embedded, `TRELLIS_PUBLIC_URL` on AWS): where
+/// clients reach the API, its path included (an API Gateway stage: `https://…/v`). Absolute
+/// `http(s)` with a host, no credentials, query or fragment; a trailing `/` is ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrl {
+    /// The URL without its trailing `/` (`https://api.example/v`).
+    base: String,
+    /// Its path without the trailing `/` (`/v`; empty at the root).
+    path: String,
+}
+
+impl PublicUrl {
+    /// Parses `text`; the error message names `setting`.
+    pub fn parse(setting: &str, text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        check_url(setting, text)?;
+        let parsed =
+            url::Url::parse(text).map_err(|error| format!("{setting} must be an absolute http(s) URL ({error})"))?;
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(format!("{setting} must not carry a query or a fragment"));
+        }
+        let base = parsed.as_str().trim_end_matches('/').to_owned();
+        let path = parsed.path().trim_end_matches('/').to_owned();
+        Ok(Self { base, path })
+    }
+
+    /// `path` (a router path such as `/v1/interrupts/T`) below this URL's path (`/v/v1/…`).
+    pub fn path_of(&self, path: &str) -> String {
+        format!("{}{path}", self.path)
+    }
+
+    /// `path` as an absolute URL below this one (`https://api.example/v/v1/…`).
+    pub fn url_of(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
 }
 
 /// What an interrupt node's `settings` say about its callback.
@@ -156,8 +197,16 @@ pub fn mint(signer: &TokenSigner, run_id: &str, record: &InterruptRecord, now: M
     (signer.sign(&claims), expires_at)
 }
 
-/// The body of the notify POST for `record` (pending, external-event) of `run`.
-pub fn task_body(run: &RunState, record: &InterruptRecord, token: &str, expires_at: Millis) -> Value {
+/// The body of the notify POST for `record` (pending, external-event) of `run`; its links
+/// under `public` when the host has a public base URL.
+pub fn task_body(
+    run: &RunState,
+    record: &InterruptRecord,
+    token: &str,
+    expires_at: Millis,
+    public: Option<&PublicUrl>,
+) -> Value {
+    let resolve = format!("/v1/interrupts/{token}");
     let mut body = json!({
         "type": TASK_TYPE,
         "runId": run.run_id,
@@ -169,9 +218,12 @@ pub fn task_body(run: &RunState, record: &InterruptRecord, token: &str, expires_
         "kind": record.kind.as_str(),
         "interrupt": record.payload(),
         "token": token,
-        "resolvePath": format!("/v1/interrupts/{token}"),
+        "resolvePath": public.map_or_else(|| resolve.clone(), |public| public.path_of(&resolve)),
         "requestedAt": rfc3339(record.requested_at),
     });
+    if let Some(public) = public {
+        body["resolveUrl"] = json!(public.url_of(&resolve));
+    }
     if expires_at != Millis::MAX {
         body["tokenExpiresAt"] = json!(rfc3339(expires_at));
     }
@@ -212,10 +264,11 @@ impl std::fmt::Debug for Notify {
     }
 }
 
-/// The notify POST for occurrence `interrupt_id` at `node_id` of `run`, signed at `now`;
-/// `None` when it is no longer pending or no worker is named.
+/// The notify POST for occurrence `interrupt_id` at `node_id` of `run`, signed at `now`, its
+/// links under `public` when given; `None` when it is no longer pending or no worker is named.
 pub fn prepare(
     signer: &TokenSigner,
+    public: Option<&PublicUrl>,
     workflow: &Workflow,
     run: &RunState,
     node_id: &str,
@@ -225,7 +278,7 @@ pub fn prepare(
     let record = pending_occurrence(run, node_id, interrupt_id)?;
     let url = target(workflow, run, node_id)?;
     let (token, expires_at) = mint(signer, &run.run_id, record, now);
-    let body = serde_json::to_vec(&task_body(run, record, &token, expires_at)).ok()?;
+    let body = serde_json::to_vec(&task_body(run, record, &token, expires_at, public)).ok()?;
     let headers = vec![
         ("content-type", "application/json".to_owned()),
         ("idempotency-key", record.id.clone()),
@@ -271,13 +324,27 @@ pub struct Callbacks {
     pub attempts: u32,
     /// Delay before the first retry (doubled each time).
     pub backoff_ms: u64,
+    /// The host's public base URL, for the links of a notify (none: `resolvePath` only).
+    pub public_url: Option<PublicUrl>,
 }
 
 impl Callbacks {
     /// Callbacks signed with a key derived from `host_secret` (the same secret the API's
     /// token surface verifies with), sent by `sender`, with the default retries.
     pub fn new(host_secret: &[u8], sender: Arc<dyn CallbackSender>) -> Self {
-        Self { signer: TokenSigner::new(host_secret), sender, attempts: NOTIFY_ATTEMPTS, backoff_ms: NOTIFY_BACKOFF_MS }
+        Self {
+            signer: TokenSigner::new(host_secret),
+            sender,
+            attempts: NOTIFY_ATTEMPTS,
+            backoff_ms: NOTIFY_BACKOFF_MS,
+            public_url: None,
+        }
+    }
+
+    /// These callbacks with their links under `public_url` (none: unchanged).
+    pub fn with_public_url(mut self, public_url: Option<PublicUrl>) -> Self {
+        self.public_url = public_url;
+        self
     }
 }
 
@@ -316,6 +383,56 @@ mod tests {
         assert_eq!((error.code.as_str(), error.retryable), ("boom", true));
         assert!(matches!(worker_report(&json!({ "heartbeat": false })), Some(Err(_))));
         assert!(matches!(worker_report(&json!({ "failure": { "code": "x" } })), Some(Err(_))));
+    }
+
+    #[test]
+    fn the_public_url_is_absolute_http_without_query_or_fragment() {
+        let public = PublicUrl::parse("TRELLIS_PUBLIC_URL", "https://abc.execute-api.example.com/v/").unwrap();
+        assert_eq!(public.path_of("/v1/interrupts/t"), "/v/v1/interrupts/t");
+        assert_eq!(public.url_of("/v1/interrupts/t"), "https://abc.execute-api.example.com/v/v1/interrupts/t");
+        let root = PublicUrl::parse("--public-url", "http://127.0.0.1:8080").unwrap();
+        assert_eq!(root.path_of("/v1/x"), "/v1/x");
+        assert_eq!(root.url_of("/v1/x"), "http://127.0.0.1:8080/v1/x");
+        for bad in ["/v", "ftp://h/v", "https://h/v?stage=1", "https://h/v#top", "https://u:p@h/v", "nonsense"] {
+            let message = PublicUrl::parse("TRELLIS_PUBLIC_URL", bad).unwrap_err();
+            assert!(message.contains("TRELLIS_PUBLIC_URL"), "{bad}: {message}");
+        }
+    }
+
+    /// A run suspended at an external-event interrupt, and its pending record.
+    fn waiting_run() -> (RunState, InterruptRecord) {
+        let workflow = Workflow::compile(json!({"id": "w", "name": "w", "nodes": [{"id": "wait",
+            "typeId": "core.interrupt", "config": {"kind": "external-event", "data": {"eventType": "job.done", "correlation": {"job": "j-1"}}}}]}))
+        .unwrap();
+        let mut run = crate::testing::pending_run(&workflow, "run-1", "t");
+        let start = crate::engine::apply(&workflow, &mut run, crate::engine::Input::Start, 10);
+        let step = start
+            .effects
+            .iter()
+            .find_map(|effect| matches!(effect, crate::engine::Effect::Step { .. }).then(|| effect.input()).flatten())
+            .expect("a step");
+        crate::engine::apply(&workflow, &mut run, step, 10);
+        let record = run.pending_interrupt().expect("pending").clone();
+        (run, record)
+    }
+
+    #[test]
+    fn the_task_links_keep_the_public_url_path_and_add_the_absolute_url() {
+        let (run, record) = waiting_run();
+        let plain = task_body(&run, &record, "TOKEN", Millis::MAX, None);
+        assert_eq!(plain["resolvePath"], "/v1/interrupts/TOKEN");
+        assert!(plain.get("resolveUrl").is_none(), "no public URL, no absolute link: {plain}");
+        let public = PublicUrl::parse("TRELLIS_PUBLIC_URL", "https://abc.execute-api.example.com/v").unwrap();
+        let linked = task_body(&run, &record, "TOKEN", Millis::MAX, Some(&public));
+        assert_eq!(linked["resolvePath"], "/v/v1/interrupts/TOKEN");
+        assert_eq!(linked["resolveUrl"], "https://abc.execute-api.example.com/v/v1/interrupts/TOKEN");
+        let mut without_links = linked;
+        for field in ["resolvePath", "resolveUrl"] {
+            without_links.as_object_mut().unwrap().remove(field);
+        }
+        let mut plain_without = plain;
+        plain_without.as_object_mut().unwrap().remove("resolvePath");
+        assert_eq!(without_links, plain_without, "only the links differ");
     }
 
     #[test]
