@@ -82,6 +82,7 @@ async fn main() {
         test_seams: false,
         callback_secret: None,
         ai_providers: String::new(),
+        public_url: None,
     };
     // Runs are created and approvals resolved by the API function (its commits write outbox
     // entries), steps handled by the dispatcher, as deployed.
