@@ -130,6 +130,43 @@ mod markdown {
         found
     }
 
+    /// The anchors GitHub gives the headings (`#`…`######` lines outside fenced blocks): the
+    /// text lower-cased, code-span backticks and punctuation other than `-` and `_` dropped,
+    /// spaces as `-`; a repeated anchor gets `-1`, `-2`, ….
+    pub(crate) fn anchors(markdown: &str) -> Vec<String> {
+        let mut seen = std::collections::BTreeMap::<String, usize>::new();
+        let mut anchors = Vec::new();
+        let mut fence: Option<(char, usize)> = None;
+        for line in markdown.lines() {
+            let indent = line.len() - line.trim_start_matches(' ').len();
+            let this_fence = (indent <= 3).then(|| fence_of(&line[indent..])).flatten();
+            match (fence, this_fence) {
+                (None, Some((marker, length, _))) => fence = Some((marker, length)),
+                (Some((marker, length)), Some((m, l, info))) if m == marker && l >= length && info.is_empty() => {
+                    fence = None
+                }
+                (Some(_), _) => {}
+                (None, None) => {
+                    let hashes = line.len() - line.trim_start_matches('#').len();
+                    let Some(text) = line[hashes..].strip_prefix(' ').filter(|_| (1..=6).contains(&hashes)) else {
+                        continue;
+                    };
+                    let slug: String = text
+                        .trim()
+                        .to_lowercase()
+                        .chars()
+                        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+                        .map(|c| if c == ' ' { '-' } else { c })
+                        .collect();
+                    let count = seen.entry(slug.clone()).or_insert(0);
+                    anchors.push(if *count == 0 { slug.clone() } else { format!("{slug}-{count}") });
+                    *count += 1;
+                }
+            }
+        }
+        anchors
+    }
+
     /// `line` with every code span (`` `…` ``) blanked out.
     fn without_code_spans(line: &str) -> String {
         let mut out = String::with_capacity(line.len());
@@ -146,7 +183,7 @@ mod markdown {
     }
 }
 
-use markdown::{fenced_blocks, links};
+use markdown::{anchors, fenced_blocks, links};
 
 #[test]
 fn fenced_blocks_are_selected_by_the_words_of_their_info_string() {
@@ -181,6 +218,16 @@ fn links_outside_code_are_found_with_their_lines() {
             (6, "https://example.org".to_owned()),
             (6, "#anchor".to_owned())
         ]
+    );
+}
+
+#[test]
+fn headings_get_github_anchors() {
+    let doc = "# Getting started\n## `core.noop`, `core.delay`\n```sh\n# not a heading\n```\n\
+               ## Budgets (`configurable.budget`)\n## Notes\n## Notes\n#hashtag\n";
+    assert_eq!(
+        anchors(doc),
+        ["getting-started", "corenoop-coredelay", "budgets-configurablebudget", "notes", "notes-1"]
     );
 }
 
@@ -363,6 +410,8 @@ async fn every_workflow_of_the_guides_registers() {
     host.stop().await;
 }
 
+/// Every relative link of README.md and docs/*.md names a file that exists, and a `#fragment`
+/// into a markdown file (or the same file) names one of its headings.
 #[test]
 fn relative_links_between_the_docs_resolve() {
     let root = repo_root();
@@ -377,16 +426,31 @@ fn relative_links_between_the_docs_resolve() {
     for file in &files {
         let text = std::fs::read_to_string(file).expect("readable");
         for (line, target) in links(&text) {
-            if target.starts_with('#') || target.contains("://") || target.starts_with("mailto:") {
+            if target.contains("://") || target.starts_with("mailto:") {
                 continue;
             }
-            let path = target.split('#').next().unwrap_or("");
+            if let Some(fragment) = target.strip_prefix('#') {
+                if !anchors(&text).iter().any(|anchor| anchor == fragment) {
+                    broken.push(format!(
+                        "{}:{line}: {target} (no such heading)",
+                        file.strip_prefix(&root).unwrap_or(file).display()
+                    ));
+                }
+                continue;
+            }
+            let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
             let resolved = file.parent().expect("a folder").join(path);
+            let shown = || format!("{}:{line}: {target}", file.strip_prefix(&root).unwrap_or(file).display());
             if !resolved.exists() {
-                broken.push(format!("{}:{line}: {target}", file.strip_prefix(&root).unwrap_or(file).display()));
+                broken.push(shown());
+            } else if !fragment.is_empty() && resolved.extension().is_some_and(|ext| ext == "md") {
+                let text = std::fs::read_to_string(&resolved).expect("readable");
+                if !anchors(&text).iter().any(|anchor| anchor == fragment) {
+                    broken.push(format!("{} (no such heading)", shown()));
+                }
             }
         }
     }
-    assert!(broken.is_empty(), "links to files that do not exist:\n{}", broken.join("\n"));
+    assert!(broken.is_empty(), "links to files or headings that do not exist:\n{}", broken.join("\n"));
     assert!(files.len() > 10, "found only {} markdown files", files.len());
 }
