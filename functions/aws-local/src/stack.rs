@@ -136,9 +136,8 @@ async fn start(args: &Args) -> Result<Running, StartError> {
     let api_app = AwsApp::new_api(settings.clone(), &config);
     let state = api_app.api_state(&api).await.map_err(|error| StartError::Service(error.to_string()))?;
     register_workflows(&api_app, &args.workflows).await?;
-    let router = trellis_http::router(state);
-    // TODO(stage-links): links keep the `/{stage}` prefix once trellis_aws::stage lands:
-    // let router = trellis_aws::stage::router_with_stage_links(router);
+    // Links (statusUrl, Location, …) keep the `/{stage}` prefix, as on the `api` function.
+    let router = trellis_aws::stage::router_with_stage_links(trellis_http::router(state));
     let listener =
         tokio::net::TcpListener::bind(args.bind).await.map_err(|error| StartError::Bind(args.bind, error))?;
     let addr = listener.local_addr().map_err(|error| StartError::Bind(args.bind, error))?;

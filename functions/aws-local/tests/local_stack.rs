@@ -119,6 +119,7 @@ async fn a_gated_run_streams_live_is_approved_and_survives_a_restart() {
     assert_eq!(created.status(), 201);
     let created: Value = created.json().await.unwrap();
     let run_id = created["runId"].as_str().expect("a run id").to_owned();
+    assert_eq!(created["statusUrl"], format!("/v/v1/runs/{run_id}"), "links keep the stage: {created}");
 
     let mut stream = http
         .get(format!("{base}/v/v1/runs/{run_id}/events"))
