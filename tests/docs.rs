@@ -319,6 +319,8 @@ fn run_guide_script(doc: &str, script: &str, listen: Listen) {
     );
     match output.status.code() {
         Some(0) => {
+            // Captured by the test harness: shown with `--nocapture`.
+            println!("{printed}");
             let _ = writeln!(std::io::stderr(), "{doc}: every tested block ran");
         }
         Some(124 | 137) => panic!("{doc}: the script did not finish within {SCRIPT_GUARD_SECONDS} s\n{printed}"),
