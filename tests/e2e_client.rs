@@ -252,9 +252,25 @@ fn completions_and_help() {
     assert!(help.contains("TRELLIS_URL") && help.contains("Exit codes"), "{help}");
     run_command(bare(dir.path()), &["runs"]).code(3);
     run_command(bare(dir.path()), &["completions", "nosuchshell"]).code(3);
-    // A connection error is exit 3 with the URL named.
+    // A connection error is exit 3 with the URL named, also after ping --wait retried.
+    let mut command = bare(dir.path());
+    command.env("TRELLIS_URL", "http://127.0.0.1:1");
+    let ran = run_command(command, &["ping", "--wait", "1"]).code(3);
+    assert!(ran.stderr.starts_with("trellis: cannot reach http://127.0.0.1:1/"), "{}", ran.stderr);
     let mut command = bare(dir.path());
     command.env("TRELLIS_URL", "http://127.0.0.1:1/v");
     let ran = run_command(command, &["ping"]).code(3);
     assert!(ran.stderr.contains("http://127.0.0.1:1/v/.well-known/openwop"), "{}", ran.stderr);
+}
+
+/// Every scenario against a host started elsewhere (e.g. `trellis-aws-local` at
+/// `http://127.0.0.1:PORT/v`): `TRELLIS_CLIENT_TARGET_URL` and `TRELLIS_CLIENT_TARGET_KEY`
+/// name it. Ignored by default; run with `-- --ignored` once they are set.
+#[test]
+#[ignore = "needs TRELLIS_CLIENT_TARGET_URL and TRELLIS_CLIENT_TARGET_KEY"]
+fn every_scenario_against_an_external_host() {
+    let url = std::env::var("TRELLIS_CLIENT_TARGET_URL").expect("TRELLIS_CLIENT_TARGET_URL");
+    let key = std::env::var("TRELLIS_CLIENT_TARGET_KEY").expect("TRELLIS_CLIENT_TARGET_KEY");
+    let dir = tempfile::tempdir().unwrap();
+    client::all(&Target::new(url, key), dir.path());
 }

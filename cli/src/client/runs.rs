@@ -11,7 +11,7 @@ use super::events::{error_text, is_terminal_event, EventStream};
 use super::exit::{is_terminal, ClientError, Exit};
 use super::http::Api;
 use super::interrupts::answer_command;
-use super::output::{print_fields, print_json, print_table, say, text, Out};
+use super::output::{print_fields, print_json, print_json_line, print_table, say, text, Out};
 use crate::args::RunsCommand;
 
 /// Polling interval of `runs wait` when the event stream is not available.
@@ -21,7 +21,8 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 pub async fn run(api: &Api, out: Out, command: &RunsCommand) -> Result<Exit, ClientError> {
     match command {
         RunsCommand::Start { workflow, inputs, inputs_file, idempotency_key, watch } => {
-            let run_id = start(api, out, workflow, inputs, inputs_file.as_ref(), idempotency_key.as_deref()).await?;
+            let run_id =
+                start(api, out, workflow, inputs, inputs_file.as_ref(), idempotency_key.as_deref(), *watch).await?;
             if *watch {
                 return super::watch::watch(api, out, &run_id).await;
             }
@@ -88,6 +89,7 @@ async fn start(
     pairs: &[String],
     inputs_file: Option<&PathBuf>,
     idempotency_key: Option<&str>,
+    then_watch: bool,
 ) -> Result<String, ClientError> {
     let mut inputs = match inputs_file {
         Some(path) => match read_json_file(path, "--inputs-file")? {
@@ -104,7 +106,10 @@ async fn start(
         .as_str()
         .ok_or_else(|| ClientError::Input(format!("the host answered no runId: {created}")))?
         .to_owned();
-    if out.json() {
+    if out.json() && then_watch {
+        // The watch prints one JSON event per line after it: one line here too.
+        print_json_line(&created);
+    } else if out.json() {
         print_json(&created);
     } else {
         say!("started {run_id} ({workflow})");

@@ -79,6 +79,8 @@ pub struct Watch {
     new_children: Vec<String>,
     /// The root run's final status, once its terminal event was read.
     pub final_status: Option<String>,
+    /// The root run's duration, from its terminal event.
+    pub final_duration_ms: Option<u64>,
 }
 
 fn waiting_status(kind: &str) -> String {
@@ -96,7 +98,7 @@ impl Watch {
     pub fn new(root: &str) -> Self {
         let mut runs = HashMap::new();
         runs.insert(root.to_owned(), RunState::default());
-        Self { root: root.to_owned(), runs, new_children: Vec::new(), final_status: None }
+        Self { root: root.to_owned(), runs, new_children: Vec::new(), final_status: None, final_duration_ms: None }
     }
 
     /// Child runs found and not yet handed out.
@@ -152,6 +154,7 @@ impl Watch {
             changes.push(Change::Run { run_id: run_id.to_owned(), parent_node, status: status.to_owned(), detail });
             if run_id == self.root && is_terminal(status) {
                 self.final_status = Some(status.to_owned());
+                self.final_duration_ms = payload["durationMs"].as_u64();
             }
         }
         // A node whose event names a child run: follow the child (once).
@@ -198,6 +201,12 @@ pub fn line(change: &Change) -> String {
     }
 }
 
+/// How long ago an RFC 3339 timestamp was (`None` when absent or unreadable).
+fn since(timestamp: Option<&str>) -> Option<Duration> {
+    let started = time::OffsetDateTime::parse(timestamp?, &time::format_description::well_known::Rfc3339).ok()?;
+    Duration::try_from(time::OffsetDateTime::now_utc() - started).ok()
+}
+
 /// Follows `run_id`'s events into `sender` (ending with its `None` or error).
 fn follow(api: &Api, run_id: &str, sender: mpsc::UnboundedSender<(String, Result<Option<Value>, ClientError>)>) {
     let mut stream = EventStream::new(api.clone(), run_id, None);
@@ -221,7 +230,7 @@ pub async fn watch(api: &Api, out: Out, run_id: &str) -> Result<Exit, ClientErro
         Err(_) => 0,
     };
     let mut view = if std::io::stdout().is_terminal() && !out.json() {
-        View::Live(Live::new(run_id, &workflow_id, total))
+        View::Live(Live::new(run_id, &workflow_id, total, since(run["startedAt"].as_str())))
     } else {
         View::Lines { json: out.json() }
     };
@@ -266,7 +275,7 @@ pub async fn watch(api: &Api, out: Out, run_id: &str) -> Result<Exit, ClientErro
         Some(status) => status,
         None => text(&api.get(&format!("/v1/runs/{run_id}")).await?, "status"),
     };
-    view.finish(run_id, &status);
+    view.finish(run_id, &status, state.final_duration_ms);
     Ok(Exit::for_status(&status))
 }
 
@@ -297,13 +306,13 @@ impl View {
 
     fn abandon(&mut self) {
         if let Self::Live(live) = self {
-            live.finish("stopped");
+            live.finish("stopped", None);
         }
     }
 
-    fn finish(&mut self, run_id: &str, status: &str) {
+    fn finish(&mut self, run_id: &str, status: &str, duration_ms: Option<u64>) {
         if let Self::Live(live) = self {
-            live.finish(status);
+            live.finish(status, duration_ms);
             say!("run {run_id} {status}");
         }
     }
@@ -332,9 +341,13 @@ fn style(template: &str) -> ProgressStyle {
 }
 
 impl Live {
-    fn new(run_id: &str, workflow: &str, total: usize) -> Self {
+    fn new(run_id: &str, workflow: &str, total: usize, elapsed: Option<Duration>) -> Self {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stdout());
-        let header = multi.add(ProgressBar::new_spinner().with_style(style("{spinner} {msg}  {elapsed}")));
+        let header = ProgressBar::new_spinner().with_style(style("{spinner} {msg}  {elapsed}"));
+        let header = multi.add(match elapsed {
+            Some(elapsed) => header.with_elapsed(elapsed),
+            None => header,
+        });
         header.set_message(format!("run {run_id}  {workflow}  running"));
         header.enable_steady_tick(TICK);
         let bar = multi.add(ProgressBar::new(total as u64).with_style(style("  [{bar:30}] {pos}/{len} nodes")));
@@ -422,7 +435,7 @@ impl Live {
         }
     }
 
-    fn finish(&mut self, status: &str) {
+    fn finish(&mut self, status: &str, duration_ms: Option<u64>) {
         for bar in self.nodes.values() {
             bar.disable_steady_tick();
             if !bar.is_finished() {
@@ -433,7 +446,45 @@ impl Live {
             bar.finish_and_clear();
         }
         self.bar.finish();
-        self.header.set_style(style("{msg}  {elapsed}"));
-        self.header.finish_with_message(format!("run {}  {}  {status}", self.run_id, self.workflow));
+        let duration = duration_ms.map(|ms| format!("  {}", seconds(ms))).unwrap_or_default();
+        self.header.set_style(style("{msg}"));
+        self.header.finish_with_message(format!("run {}  {}  {status}{duration}", self.run_id, self.workflow));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(kind: &str, node: Option<&str>, payload: Value) -> Value {
+        json!({"type": kind, "nodeId": node, "payload": payload, "timestamp": "2026-01-01T12:00:01.234Z"})
+    }
+
+    #[test]
+    fn events_become_changes_and_lines_and_children_are_followed_once() {
+        let mut watch = Watch::new("run-1");
+        let lines = |watch: &mut Watch, run: &str, event: Value| -> Vec<String> {
+            watch.apply(run, &event).iter().map(line).collect()
+        };
+        assert_eq!(lines(&mut watch, "run-1", event("run.started", None, json!({}))), ["run run-1 running"]);
+        assert_eq!(lines(&mut watch, "run-1", event("node.started", Some("call"), json!({}))), ["node call started"]);
+        let dispatched = event("node.dispatched", Some("call"), json!({"childRunId": "run-2"}));
+        assert!(lines(&mut watch, "run-1", dispatched.clone()).is_empty());
+        assert!(lines(&mut watch, "run-1", dispatched).is_empty());
+        assert_eq!(watch.take_children(), ["run-2"]);
+        let suspended = event("node.suspended", Some("gate"), json!({"kind": "approval"}));
+        assert_eq!(lines(&mut watch, "run-2", suspended), ["node call/gate waiting-approval"]);
+        let requested = event("interrupt.requested", Some("gate"), json!({"kind": "approval"}));
+        assert_eq!(
+            lines(&mut watch, "run-2", requested),
+            ["interrupt gate approval pending — answer: trellis interrupts approve run-2 gate"]
+        );
+        let failed = event("node.failed", Some("call"), json!({"error": {"code": "boom", "message": "it broke"}}));
+        assert_eq!(lines(&mut watch, "run-1", failed), ["node call failed: boom: it broke"]);
+        assert_eq!(watch.progress(), (1, 1));
+        let ended = event("run.failed", None, json!({"error": {"code": "boom"}, "durationMs": 1200}));
+        assert_eq!(lines(&mut watch, "run-1", ended), ["run run-1 failed: boom"]);
+        assert_eq!((watch.final_status.as_deref(), watch.final_duration_ms), (Some("failed"), Some(1200)));
     }
 }
