@@ -38,19 +38,26 @@ cancelled, 3 usage, HTTP or connection error, or invalid input, 4 runs wait --ti
 #[derive(Debug, Clone, clap::Args)]
 pub struct GlobalArgs {
     /// The host's base URL; a path in it (an API Gateway stage) is kept.
-    #[arg(long, global = true, env = "TRELLIS_URL", value_name = "URL")]
+    #[arg(long, global = true, help_heading = "Global options", env = "TRELLIS_URL", value_name = "URL")]
     pub url: Option<String>,
     /// The bearer API key (the variable trellis serve reads too).
-    #[arg(long, global = true, env = "TRELLIS_API_KEY", hide_env_values = true, value_name = "KEY")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "TRELLIS_API_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
     pub key: Option<String>,
     /// A JSON config file {"url", "key"} (both optional).
-    #[arg(long, global = true, env = "TRELLIS_CONFIG", value_name = "FILE")]
+    #[arg(long, global = true, help_heading = "Global options", env = "TRELLIS_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Output: human tables, or the server's JSON for scripts.
-    #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(short = 'o', long, global = true, help_heading = "Global options", value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// No colours (NO_COLOR is honoured too).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Global options")]
     pub no_color: bool,
 }
 

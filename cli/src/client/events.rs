@@ -226,3 +226,57 @@ pub async fn run_events(
         cursor = next;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::extract::State;
+    use axum::http::HeaderMap;
+    use axum::routing::get;
+    use axum::{Json, Router};
+    use serde_json::json;
+
+    use super::*;
+    use crate::client::config::Target;
+
+    /// The `Last-Event-ID` of each stream request (`None`: absent).
+    type Seen = Arc<Mutex<Vec<Option<String>>>>;
+
+    const EVENTS: [&str; 4] = ["run.started", "node.started", "node.completed", "run.completed"];
+
+    /// A host whose streams each carry one event and end (as API Gateway ends them early).
+    async fn host() -> (String, Seen) {
+        let seen: Seen = Arc::default();
+        let stream = |State(seen): State<Seen>, headers: HeaderMap| async move {
+            let last = headers.get("last-event-id").and_then(|value| value.to_str().ok()).map(str::to_owned);
+            seen.lock().unwrap().push(last.clone());
+            let next = last.map_or(0, |last| last.parse::<usize>().unwrap() + 1);
+            let Some(kind) = EVENTS.get(next) else { return String::new() };
+            let event = json!({"sequence": next, "type": kind, "timestamp": "2026-01-01T00:00:00.000Z"});
+            format!(": keepalive\n\nid: {next}\nevent: {kind}\ndata: {event}\n\n")
+        };
+        let router = Router::new()
+            .route("/v/v1/runs/run-1/events", get(stream))
+            .route("/v/v1/runs/run-1", get(|| async { Json(json!({"runId": "run-1", "status": "running"})) }))
+            .with_state(seen.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn a_stream_ended_early_resumes_after_the_last_event_under_the_stage_path() {
+        let (url, seen) = host().await;
+        let api = Api::new(&Target { url, key: Some("k".into()) }).unwrap();
+        let mut stream = EventStream::new(api, "run-1", None);
+        let mut types = Vec::new();
+        while let Some(event) = stream.next().await.unwrap() {
+            types.push(event["type"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(types, EVENTS);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, [None, Some("0".into()), Some("1".into()), Some("2".into())]);
+    }
+}
