@@ -158,13 +158,15 @@ async fn show(api: &Api, out: Out, target: &InterruptTarget) -> Result<(), Clien
     fields.push(("expires", expiry));
     fields.push(("data", data(&interrupt).to_string()));
     fields.push(("resume schema", resume_schema(&interrupt).map_or("-".to_owned(), Value::to_string)));
-    match (&target.token, interrupt["runId"].as_str()) {
-        (None, Some(run_id)) => fields.push(("answer with", answer_command(run_id, &node, &kind))),
-        _ => {
-            let verb = if kind == "approval" { "approve" } else { "answer" };
-            let value = if kind == "approval" { "" } else { " --value JSON" };
-            fields.push(("answer with", format!("trellis interrupts {verb} --token TOKEN{value}")));
-        }
+    let by = match (&target.token, interrupt["runId"].as_str()) {
+        (None, Some(run_id)) => format!("{run_id} {node}"),
+        _ => "--token TOKEN".to_owned(),
+    };
+    if kind == "approval" {
+        fields.push(("answer with", format!("trellis interrupts approve {by} [--comment C]")));
+        fields.push(("", format!("trellis interrupts reject {by} [--reason R]")));
+    } else {
+        fields.push(("answer with", format!("trellis interrupts answer {by} --value JSON")));
     }
     print_fields(fields);
     Ok(())
