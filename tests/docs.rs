@@ -12,7 +12,10 @@
 //! - every ```` ```json workflow ```` block of `docs/authoring.md` and
 //!   `docs/getting-started.md` registers (`POST /v1/workflows` answers 2xx) on an in-process
 //!   embedded host;
-//! - every relative link between `docs/*.md` and `README.md` names a file that exists.
+//! - every `trellis …` command shown in a ```` ```sh ```` block of `README.md` and `docs/*.md`,
+//!   tested or not, is accepted by the real binary's argument parser;
+//! - every relative link between `docs/*.md` and `README.md` names a file that exists (and a
+//!   heading, for a `#fragment`).
 
 mod common;
 
@@ -184,6 +187,145 @@ mod markdown {
 }
 
 use markdown::{anchors, fenced_blocks, links};
+
+/// The `trellis` command lines of a shell snippet, split into words as the shell would.
+mod shell {
+    /// Every `trellis …` command of `code`: at the start of a line, after `$(`, a pipe, `&&`,
+    /// `||`, `;`, or environment assignments (`TRELLIS_URL=… trellis …`). Continued lines
+    /// (`\` at the end) are joined first. A command ends at `)`, `|`, `&`, `;`, `>`, `<` or a
+    /// `#` comment outside quotes. Words holding a shell expansion (`"$RUN"`) become `x`.
+    pub(crate) fn trellis_commands(code: &str) -> Vec<Vec<String>> {
+        let joined = code.replace("\\\n", " ");
+        let mut commands = Vec::new();
+        for line in joined.lines() {
+            let mut starts_command = true;
+            let mut current: Option<Vec<String>> = None;
+            for (word, operator) in split(line) {
+                if let Some(operator) = operator {
+                    if let Some(done) = current.take() {
+                        commands.push(done);
+                    }
+                    // `>` and `<` take a file name next; anything else starts a new command.
+                    starts_command = !matches!(operator, '>' | '<');
+                    if operator == '#' {
+                        break;
+                    }
+                    continue;
+                }
+                let word = if word.contains('$') { "x".to_owned() } else { word };
+                match current.as_mut() {
+                    Some(command) => command.push(word),
+                    None if starts_command && word == "trellis" => current = Some(Vec::new()),
+                    None if starts_command && is_assignment(&word) => {}
+                    None => starts_command = false,
+                }
+            }
+            if let Some(done) = current {
+                commands.push(done);
+            }
+        }
+        commands
+    }
+
+    fn is_assignment(word: &str) -> bool {
+        word.split_once('=')
+            .is_some_and(|(name, _)| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    }
+
+    /// Shell words and operators: `(word, None)` or `(_, Some(operator))`, where `$(` counts
+    /// as the operator `(`.
+    fn split(line: &str) -> Vec<(String, Option<char>)> {
+        let mut out = Vec::new();
+        let mut word = String::new();
+        let mut in_word = false;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' => {
+                    in_word = true;
+                    word.extend(chars.by_ref().take_while(|&c| c != '\''));
+                }
+                '"' => {
+                    in_word = true;
+                    while let Some(c) = chars.next() {
+                        match c {
+                            '"' => break,
+                            '\\' => word.extend(chars.next()),
+                            other => word.push(other),
+                        }
+                    }
+                }
+                '\\' => {
+                    in_word = true;
+                    word.extend(chars.next());
+                }
+                '$' if chars.peek() == Some(&'(') => {
+                    chars.next();
+                    flush(&mut out, &mut word, &mut in_word);
+                    out.push((String::new(), Some('(')));
+                }
+                '#' if !in_word => {
+                    out.push((String::new(), Some('#')));
+                    break;
+                }
+                ' ' | '\t' => flush(&mut out, &mut word, &mut in_word),
+                '(' | ')' | '|' | '&' | ';' | '>' | '<' => {
+                    flush(&mut out, &mut word, &mut in_word);
+                    out.push((String::new(), Some(c)));
+                }
+                other => {
+                    in_word = true;
+                    word.push(other);
+                }
+            }
+        }
+        flush(&mut out, &mut word, &mut in_word);
+        out
+    }
+
+    fn flush(out: &mut Vec<(String, Option<char>)>, word: &mut String, in_word: &mut bool) {
+        if *in_word {
+            out.push((std::mem::take(word), None));
+            *in_word = false;
+        }
+    }
+}
+
+use shell::trellis_commands;
+
+#[test]
+fn trellis_commands_are_found_in_shell_snippets() {
+    let code = "trellis ping --wait 10\n\
+                RUN=$(trellis runs start order-review --input amount=5 -o json | jq -r .runId)\n\
+                printf %s \"$KEY\" | trellis hash-key\n\
+                TRELLIS_URL=http://h/v trellis runs watch \"$RUN\"   # a comment\n\
+                trellis runs wait \"$RUN\" || test $? -eq 2\n\
+                trellis interrupts answer \"$RUN\" ask --value '{\"answers\": {\"a\": 1}}'\n\
+                trellis workflows register a.json \\\n  b.json\n\
+                echo trellis is not a command here; trellis completions bash > out\n\
+                cargo run -p trellis -- serve\n";
+    let words = |line: &str| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(
+        trellis_commands(code),
+        vec![
+            words("ping --wait 10"),
+            words("runs start order-review --input amount=5 -o json"),
+            words("hash-key"),
+            words("runs watch x"),
+            words("runs wait x"),
+            vec![
+                "interrupts".into(),
+                "answer".into(),
+                "x".into(),
+                "ask".into(),
+                "--value".into(),
+                "{\"answers\": {\"a\": 1}}".into()
+            ],
+            words("workflows register a.json b.json"),
+            words("completions bash"),
+        ]
+    );
+}
 
 #[test]
 fn fenced_blocks_are_selected_by_the_words_of_their_info_string() {
@@ -410,6 +552,48 @@ async fn every_workflow_of_the_guides_registers() {
         assert!((200..300).contains(&status), "{at}: POST /v1/workflows answered {status}: {body}");
     }
     host.stop().await;
+}
+
+/// Every `trellis` command shown in a shell block of README.md and docs/*.md parses: the
+/// real binary accepts its subcommand and flags (`--help` appended, so nothing runs).
+#[test]
+fn every_trellis_command_of_the_docs_parses() {
+    let root = repo_root();
+    let mut files = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|ext| ext == "md") {
+            files.push(path);
+        }
+    }
+    let mut checked = 0;
+    let mut refused = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("readable");
+        for block in fenced_blocks(&text, &["sh"]) {
+            for args in trellis_commands(&block.code) {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
+                for (name, _) in std::env::vars_os() {
+                    if name.to_string_lossy().starts_with("TRELLIS_") {
+                        command.env_remove(name);
+                    }
+                }
+                let output = command.args(&args).arg("--help").stdin(Stdio::null()).output().expect("trellis runs");
+                checked += 1;
+                if !output.status.success() {
+                    refused.push(format!(
+                        "{}:{}: trellis {}\n{}",
+                        file.strip_prefix(&root).unwrap_or(file).display(),
+                        block.line,
+                        args.join(" "),
+                        String::from_utf8_lossy(&output.stderr)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(refused.is_empty(), "commands the CLI refuses:\n{}", refused.join("\n"));
+    assert!(checked >= 30, "found only {checked} trellis commands in the docs");
 }
 
 /// Every relative link of README.md and docs/*.md names a file that exists, and a `#fragment`
