@@ -29,10 +29,6 @@ impl Local {
             .current_dir(dir)
             .args(["--bind", "127.0.0.1:0", "--name", name, "--workflows", "workflows"])
             .env("TRELLIS_API_KEY", KEY)
-            // The bundled fixture conformance-stream-text's callPrompt node asks 120 s per
-            // attempt (its default), refused under the template's 60 s dispatcher timeout (50 s
-            // per attempt): a dispatcher timeout that fits it, until the fixture loading copes.
-            .env("TRELLIS_DISPATCHER_TIMEOUT_MS", "130000")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

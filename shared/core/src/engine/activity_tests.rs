@@ -351,6 +351,13 @@ fn registration_checks_trigger_rules_and_settings() {
     );
     let Err(DefinitionError::Invalid { path, .. }) = config else { panic!("config.timeoutMs past the bound") };
     assert_eq!(path, "/nodes/0/config/timeoutMs");
+    // A node that asks for nothing gets its kind's default cut to the host's bound (the
+    // scripted kind's default is 5 s; this host allows 2 s), never a refusal.
+    let registry = ScriptedActivity::new(vec![]).registry();
+    let document = json!({"id": "w", "name": "w", "nodes": [call_node("a", json!({}))]});
+    let tight = Workflow::compile_with(document, &registry, Bounds { max_attempt_ms: 2_000, ..Bounds::default() })
+        .expect("a default timeout adapts to the host");
+    assert_eq!(tight.activities[0].as_ref().map(|node| node.attempt_ms), Some(2_000));
     let unknown = Workflow::compile(json!({"id": "w", "name": "w", "nodes": [call_node("a", json!({}))]})).unwrap();
     assert!(unknown.gap.is_some(), "a host without the activity registered cannot run it");
 }

@@ -191,7 +191,13 @@ fn compile_activities(
             message: format!("node `{}`: {}", node.id, issue.message),
         })?;
         let own = kind.attempt_timeout_ms(&node.config);
-        let attempt_ms = policy.timeouts.attempt_ms.map_or(own, |ms| ms.min(own));
+        let mut attempt_ms = policy.timeouts.attempt_ms.map_or(own, |ms| ms.min(own));
+        // A kind's default timeout (no `config.timeoutMs`, no `attemptMs`) adapts to the host:
+        // a node that asked for nothing is never refused for a default the host cannot run
+        // (e.g. a model call's 120 s default under a 60 s Lambda dispatcher).
+        if policy.timeouts.attempt_ms.is_none() && !node.config.contains_key("timeoutMs") {
+            attempt_ms = attempt_ms.min(bounds.max_attempt_ms);
+        }
         let asked = policy.timeouts.attempt_ms.filter(|&ms| ms > bounds.max_attempt_ms);
         if asked.is_some() || attempt_ms > bounds.max_attempt_ms {
             let (path, ms) = match asked {
