@@ -7,6 +7,7 @@
 mod common;
 
 use std::io::Read as _;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use trellis::host::EmbeddedHost;
 struct Host {
     runtime: tokio::runtime::Runtime,
     host: Option<EmbeddedHost>,
+    addr: SocketAddr,
     target: Target,
     dir: tempfile::TempDir,
 }
@@ -27,8 +29,9 @@ impl Host {
     fn start() -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let host = runtime.block_on(common::start(common::serve_args(None)));
-        let target = Target::new(format!("http://{}", host.addr), common::KEY);
-        Self { runtime, host: Some(host), target, dir: tempfile::tempdir().unwrap() }
+        let addr = host.addr;
+        let target = Target::new(format!("http://{addr}"), common::KEY);
+        Self { runtime, host: Some(host), addr, target, dir: tempfile::tempdir().unwrap() }
     }
 
     fn dir(&self) -> &Path {
@@ -136,6 +139,76 @@ fn watch_on_a_terminal_draws_the_live_view() {
     assert!(screen.contains("✓ gate  completed"), "{screen}");
     assert!(screen.contains("1/1 nodes"), "{screen}");
     assert!(screen.contains(&format!("run {run_id} completed")), "{screen}");
+}
+
+/// A TLS front on 127.0.0.1 for the name `localhost` (its certificate signed by a CA made
+/// here) that relays each connection's bytes to `upstream` once the handshake is done, as a
+/// local TLS proxy would; its port and the CA certificate's PEM.
+fn tls_front(runtime: &tokio::runtime::Runtime, upstream: SocketAddr) -> (u16, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let leaf_key = KeyPair::generate().expect("leaf key");
+    let leaf_params = CertificateParams::new(vec!["localhost".to_owned()]).expect("leaf params");
+    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).expect("leaf certificate");
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key)
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    runtime.spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends here.
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(upstream).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca.der());
+    let lines: Vec<&str> = encoded.as_bytes().chunks(64).map(|line| std::str::from_utf8(line).unwrap()).collect();
+    (port, format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n")))
+}
+
+/// HTTPS: through a TLS front whose CA `--ca-cert` (or `TRELLIS_CA_CERT`) trusts, `ping` and
+/// `runs start --watch` work; without it the certificate is refused (exit 3, named); a CA
+/// file with no certificate is an input error naming the file.
+#[test]
+fn https_through_a_tls_front_trusted_with_ca_cert() {
+    let host = Host::start();
+    let dir = host.dir();
+    let (port, ca) = tls_front(&host.runtime, host.addr);
+    let ca_file = write(&dir.join("ca.pem"), &ca);
+    let target = Target::new(format!("https://localhost:{port}"), common::KEY);
+
+    let ran = cli(&target, dir, &["--ca-cert", &ca_file, "ping"]).code(0);
+    assert!(ran.stdout.contains(&target.url) && ran.stdout.contains("API key accepted"), "{}", ran.stdout);
+    let ran = cli(&target, dir, &["runs", "start", "conformance-noop", "--watch", "--ca-cert", &ca_file]).code(0);
+    assert!(ran.stdout.lines().last().unwrap().ends_with("completed"), "{}", ran.stdout);
+    let mut command = client::trellis(&target, dir);
+    command.env("TRELLIS_CA_CERT", &ca_file);
+    let listed = run_command(command, &["workflows", "list", "-o", "json"]).code(0).json();
+    assert!(listed["workflows"].is_array(), "{listed}");
+
+    let refused = cli(&target, dir, &["ping"]).code(3);
+    assert!(refused.stderr.starts_with(&format!("trellis: cannot reach {}/", target.url)), "{}", refused.stderr);
+    assert!(refused.stderr.contains("certificate") && refused.stderr.contains("--ca-cert"), "{}", refused.stderr);
+    let empty = write(&dir.join("empty.pem"), "no certificate here\n");
+    let ran = cli(&target, dir, &["ping", "--ca-cert", &empty]).code(3);
+    assert!(ran.stderr.contains("empty.pem"), "{}", ran.stderr);
 }
 
 fn write(path: &Path, text: &str) -> String {

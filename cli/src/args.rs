@@ -53,6 +53,10 @@ pub struct GlobalArgs {
     /// A JSON config file {"url", "key"} (both optional).
     #[arg(long, global = true, help_heading = "Global options", env = "TRELLIS_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// A PEM file of extra trusted root certificates for https:// (e.g. a local TLS proxy's own CA);
+    /// the platform's roots stay trusted.
+    #[arg(long, global = true, help_heading = "Global options", env = "TRELLIS_CA_CERT", value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
     /// Output: human tables, or the server's JSON for scripts.
     #[arg(short = 'o', long, global = true, help_heading = "Global options", value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,

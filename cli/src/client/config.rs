@@ -25,6 +25,8 @@ pub struct Target {
     pub url: String,
     /// The bearer key, if one was found.
     pub key: Option<String>,
+    /// A PEM file of extra trusted root certificates (`--ca-cert` / `TRELLIS_CA_CERT`).
+    pub ca_cert: Option<PathBuf>,
 }
 
 /// The `{url, key}` of a config file.
@@ -46,7 +48,7 @@ pub fn resolve(global: &GlobalArgs) -> Result<Target, ClientError> {
     let url = global.url.clone().or(file.url).unwrap_or_else(|| DEFAULT_URL.to_owned());
     let url = normalise_url(&url)?;
     let key = global.key.clone().filter(|key| !key.is_empty()).or(file.key).or_else(dev_key);
-    Ok(Target { url, key })
+    Ok(Target { url, key, ca_cert: global.ca_cert.clone() })
 }
 
 /// Checks the scheme and drops trailing slashes.

@@ -269,7 +269,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_ended_early_resumes_after_the_last_event_under_the_stage_path() {
         let (url, seen) = host().await;
-        let api = Api::new(&Target { url, key: Some("k".into()) }).unwrap();
+        let api = Api::new(&Target { url, key: Some("k".into()), ca_cert: None }).unwrap();
         let mut stream = EventStream::new(api, "run-1", None);
         let mut types = Vec::new();
         while let Some(event) = stream.next().await.unwrap() {

@@ -1,11 +1,13 @@
 //! The one HTTP client of the client commands: requests go to `{url}/v1/...` (the URL's path,
 //! an API Gateway stage, kept), with the bearer key when there is one, a 5 s connect timeout
-//! and a 30 s request timeout (streams: no request timeout). A non-2xx answer becomes
+//! and a 30 s request timeout (streams: no request timeout). HTTPS verifies against the platform's
+//! roots plus those of `--ca-cert`. A non-2xx answer becomes
 //! [`ClientError::Http`] from the `{error, message, details}` envelope.
 
+use std::path::Path;
 use std::time::Duration;
 
-use reqwest::{Method, RequestBuilder, Response};
+use reqwest::{Certificate, Method, RequestBuilder, Response};
 use serde_json::Value;
 
 use super::config::Target;
@@ -28,18 +30,17 @@ pub struct Api {
 impl Api {
     /// A client of `target`.
     pub fn new(target: &Target) -> Result<Self, ClientError> {
-        if target.url.starts_with("https://") && !cfg!(feature = "tls") {
-            return Err(ClientError::Input(format!(
-                "{}: this trellis binary was built without HTTPS support (cargo feature tls)",
-                target.url
-            )));
-        }
-        #[cfg(feature = "tls")]
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let roots = match &target.ca_cert {
+            Some(path) => read_roots(path)?,
+            None => Vec::new(),
+        };
         let build = |timeout: Option<Duration>| {
             let mut builder = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
             if let Some(timeout) = timeout {
                 builder = builder.timeout(timeout);
+            }
+            for root in &roots {
+                builder = builder.add_root_certificate(root.clone());
             }
             builder.build().map_err(|error| ClientError::Input(format!("HTTP client: {error}")))
         };
@@ -145,8 +146,24 @@ impl Api {
             message = format!("{message}: {cause}");
             source = cause.source();
         }
+        if message.contains("certificate") {
+            message.push_str(" (a host behind a private CA: trust it with --ca-cert FILE or TRELLIS_CA_CERT)");
+        }
         ClientError::Connect { url: self.url(path), message }
     }
+}
+
+/// The certificates of the PEM file `path` (`--ca-cert`): at least one, else an input error naming the file.
+fn read_roots(path: &Path) -> Result<Vec<Certificate>, ClientError> {
+    let shown = path.display();
+    let pem = std::fs::read(path)
+        .map_err(|error| ClientError::Input(format!("--ca-cert {shown}: cannot read it: {error}")))?;
+    let roots = Certificate::from_pem_bundle(&pem)
+        .map_err(|error| ClientError::Input(format!("--ca-cert {shown}: not PEM certificates: {error}")))?;
+    if roots.is_empty() {
+        return Err(ClientError::Input(format!("--ca-cert {shown}: no PEM certificate in it")));
+    }
+    Ok(roots)
 }
 
 /// The error of a non-2xx `response`: its envelope, or its status and the start of its body.
