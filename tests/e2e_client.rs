@@ -1,16 +1,15 @@
 //! The `trellis` client commands end to end: the real binary against a real embedded host
 //! started by the test. The scenarios live in tests/common/client.rs as functions of a target
-//! `{url, key}`, so a suite of the AWS stack can play the same ones; this file adds what only
-//! makes sense here: the live view through a pseudo-terminal, the configuration precedence,
-//! the development key file of `trellis serve`, and shell completions.
+//! `{url, key}`, so the AWS stack's suite (tests/e2e_client_aws.rs) plays the same ones; this
+//! file adds what only makes sense here: HTTPS through a local TLS front (`--ca-cert`), the
+//! configuration precedence, the development key file of `trellis serve`, and shell completions.
 
 mod common;
 
-use std::io::Read as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::client::{self, bare, cli, run_command, Target, GUARD};
@@ -95,50 +94,10 @@ fn watch_follows_child_runs() {
     client::watch_children(&host.target, host.dir());
 }
 
-/// The live view on a pseudo-terminal: the node lines with their symbols, the approve command
-/// while the interrupt is pending, the final status.
 #[test]
 fn watch_on_a_terminal_draws_the_live_view() {
     let host = Host::start();
-    let (target, dir) = (&host.target, host.dir());
-    let run_id = client::start(target, dir, "conformance-approval", &[]);
-    let (mut pty, pts) = pty_process::blocking::open().expect("a pseudo-terminal");
-    pty.resize(pty_process::Size::new(40, 200)).unwrap();
-    let mut command = client::trellis(target, dir);
-    command.args(["runs", "watch", &run_id]);
-    let mut child: Child = pty_process::blocking::Command::from(command).spawn(pts).expect("trellis on the pty");
-    let screen = Arc::new(Mutex::new(Vec::new()));
-    let sink = screen.clone();
-    let reader = std::thread::spawn(move || {
-        let mut buffer = [0u8; 4096];
-        // Reading fails (EIO) once the child has exited and closed its side.
-        while let Ok(count @ 1..) = pty.read(&mut buffer) {
-            sink.lock().unwrap().extend_from_slice(&buffer[..count]);
-        }
-    });
-    let approve = format!("trellis interrupts approve {run_id} gate");
-    let text = || String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
-    let started = Instant::now();
-    while !text().contains(&approve) {
-        assert!(started.elapsed() < GUARD, "the live view shows no approve command:\n{}", text());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(text().contains("⏸ gate  waiting-approval"), "{}", text());
-    cli(target, dir, &["interrupts", "approve", &run_id, "gate"]).code(0);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < GUARD, "watch did not end:\n{}", text());
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    reader.join().unwrap();
-    assert_eq!(status.code(), Some(0), "{}", text());
-    let screen = text();
-    assert!(screen.contains('\u{1b}'), "a terminal gets the live (redrawn) view:\n{screen}");
-    assert!(screen.contains("✓ gate  completed"), "{screen}");
-    assert!(screen.contains("1/1 nodes"), "{screen}");
-    assert!(screen.contains(&format!("run {run_id} completed")), "{screen}");
+    client::watch_terminal(&host.target, host.dir());
 }
 
 /// A TLS front on 127.0.0.1 for the name `localhost` (its certificate signed by a CA made
@@ -334,16 +293,4 @@ fn completions_and_help() {
     command.env("TRELLIS_URL", "http://127.0.0.1:1/v");
     let ran = run_command(command, &["ping"]).code(3);
     assert!(ran.stderr.contains("http://127.0.0.1:1/v/.well-known/openwop"), "{}", ran.stderr);
-}
-
-/// Every scenario against a host started elsewhere (e.g. `trellis-aws-local` at
-/// `http://127.0.0.1:PORT/v`): `TRELLIS_CLIENT_TARGET_URL` and `TRELLIS_CLIENT_TARGET_KEY`
-/// name it. Ignored by default; run with `-- --ignored` once they are set.
-#[test]
-#[ignore = "needs TRELLIS_CLIENT_TARGET_URL and TRELLIS_CLIENT_TARGET_KEY"]
-fn every_scenario_against_an_external_host() {
-    let url = std::env::var("TRELLIS_CLIENT_TARGET_URL").expect("TRELLIS_CLIENT_TARGET_URL");
-    let key = std::env::var("TRELLIS_CLIENT_TARGET_KEY").expect("TRELLIS_CLIENT_TARGET_KEY");
-    let dir = tempfile::tempdir().unwrap();
-    client::all(&Target::new(url, key), dir.path());
 }

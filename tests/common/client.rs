@@ -1,14 +1,15 @@
 //! The `trellis` client CLI's scenarios, each a function of a [`Target`] (a host's URL and
 //! key, and how to pump it): the embedded suite (tests/e2e_client.rs) plays them against an
-//! in-process host, and a suite of the AWS stack can play the very same ones against
-//! `trellis-aws-local` at `http://127.0.0.1:PORT/v`. Every command runs the real binary.
+//! in-process host, and the AWS stack's suite (tests/e2e_client_aws.rs) plays the very same
+//! ones against `trellis-aws-local` at `http://127.0.0.1:PORT/v`. Every command runs the real
+//! binary.
 //!
 //! Waits are bounded by [`GUARD`]; nothing asserts on timing.
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -115,7 +116,17 @@ pub fn start(target: &Target, dir: &Path, workflow: &str, args: &[&str]) -> Stri
     all.extend_from_slice(args);
     let started = cli(target, dir, &all).code(0).json();
     assert_eq!(started["workflowId"], workflow, "{started}");
-    started["runId"].as_str().expect("a runId").to_owned()
+    let run_id = started["runId"].as_str().expect("a runId").to_owned();
+    // Links keep the base path of the request (the stage `/v` behind API Gateway, none on the
+    // embedded host); the CLI itself never follows them.
+    assert_eq!(started["statusUrl"], format!("{}/v1/runs/{run_id}", base_path(&target.url)), "{started}");
+    run_id
+}
+
+/// The path of `url` (`/v` of `http://127.0.0.1:8080/v`), without a trailing `/`.
+fn base_path(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.find('/').map_or("", |slash| rest[slash..].trim_end_matches('/'))
 }
 
 /// `runs wait RUN --until STATUS`, pumping the host, until the exit code is `code`.
@@ -495,6 +506,51 @@ pub fn watch_children(target: &Target, dir: &Path) {
     assert!(json.lines().all(|line| serde_json::from_str::<Value>(line).is_ok()), "{json}");
 }
 
+/// The live view on a pseudo-terminal: the node lines with their symbols, the approve command
+/// while the interrupt is pending, the final status.
+pub fn watch_terminal(target: &Target, dir: &Path) {
+    let run_id = start(target, dir, "conformance-approval", &[]);
+    let (mut pty, pts) = pty_process::blocking::open().expect("a pseudo-terminal");
+    pty.resize(pty_process::Size::new(40, 200)).unwrap();
+    let mut command = trellis(target, dir);
+    command.args(["runs", "watch", &run_id]);
+    let mut child: Child = pty_process::blocking::Command::from(command).spawn(pts).expect("trellis on the pty");
+    let screen = Arc::new(Mutex::new(Vec::new()));
+    let sink = screen.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        // Reading fails (EIO) once the child has exited and closed its side.
+        while let Ok(count @ 1..) = pty.read(&mut buffer) {
+            sink.lock().unwrap().extend_from_slice(&buffer[..count]);
+        }
+    });
+    let approve = format!("trellis interrupts approve {run_id} gate");
+    let text = || String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+    let started = Instant::now();
+    while !text().contains(&approve) {
+        target.pump();
+        assert!(started.elapsed() < GUARD, "the live view shows no approve command:\n{}", text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(text().contains("⏸ gate  waiting-approval"), "{}", text());
+    cli(target, dir, &["interrupts", "approve", &run_id, "gate"]).code(0);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        target.pump();
+        assert!(started.elapsed() < GUARD, "watch did not end:\n{}", text());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", text());
+    let screen = text();
+    assert!(screen.contains('\u{1b}'), "a terminal gets the live (redrawn) view:\n{screen}");
+    assert!(screen.contains("✓ gate  completed"), "{screen}");
+    assert!(screen.contains("1/1 nodes"), "{screen}");
+    assert!(screen.contains(&format!("run {run_id} completed")), "{screen}");
+}
+
 /// Every scenario, in turn.
 pub fn all(target: &Target, dir: &Path) {
     ping(target, dir);
@@ -504,5 +560,6 @@ pub fn all(target: &Target, dir: &Path) {
     pause_resume(target, dir);
     answer_checks_the_schema(target, dir);
     watch_lines(target, dir);
+    watch_terminal(target, dir);
     watch_children(target, dir);
 }
