@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::client::{self, bare, cli, run_command, Target, GUARD};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use trellis::host::EmbeddedHost;
 
 /// An in-process embedded host on its own runtime (the scenarios block on child processes).
@@ -100,13 +101,14 @@ fn watch_on_a_terminal_draws_the_live_view() {
     client::watch_terminal(&host.target, host.dir());
 }
 
-/// A TLS front on 127.0.0.1 for the name `localhost` (its certificate signed by a CA made
-/// here) that relays each connection's bytes to `upstream` once the handshake is done, as a
-/// local TLS proxy would; its port and the CA certificate's PEM.
-fn tls_front(runtime: &tokio::runtime::Runtime, upstream: SocketAddr) -> (u16, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+/// A certificate for the name `localhost` and its PKCS#8 key.
+struct ServedCert {
+    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+}
 
+/// A CA made here and a `localhost` leaf it signed: the leaf, and the CA certificate's PEM.
+fn signed_by_a_private_ca() -> (ServedCert, String) {
     let ca_key = KeyPair::generate().expect("CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -114,13 +116,40 @@ fn tls_front(runtime: &tokio::runtime::Runtime, upstream: SocketAddr) -> (u16, S
     let leaf_key = KeyPair::generate().expect("leaf key");
     let leaf_params = CertificateParams::new(vec!["localhost".to_owned()]).expect("leaf params");
     let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).expect("leaf certificate");
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    (ServedCert { chain: vec![leaf.der().clone()], key: pkcs8(&leaf_key) }, pem(ca.der()))
+}
+
+/// A self-signed `localhost` certificate (a CA one when `is_ca`, as `openssl req -x509` makes
+/// by default): it, and its PEM.
+fn self_signed(is_ca: bool) -> (ServedCert, String) {
+    let key = KeyPair::generate().expect("key");
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+    if is_ca {
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    }
+    let certificate = params.self_signed(&key).expect("certificate");
+    (ServedCert { chain: vec![certificate.der().clone()], key: pkcs8(&key) }, pem(certificate.der()))
+}
+
+fn pkcs8(key: &KeyPair) -> rustls::pki_types::PrivateKeyDer<'static> {
+    rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into())
+}
+
+fn pem(der: &[u8]) -> String {
+    let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, der);
+    let lines: Vec<&str> = encoded.as_bytes().chunks(64).map(|line| std::str::from_utf8(line).unwrap()).collect();
+    format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n"))
+}
+
+/// A TLS front on 127.0.0.1 serving `served` that relays each connection's bytes to
+/// `upstream` once the handshake is done, as a local TLS proxy would; its port.
+fn tls_front(runtime: &tokio::runtime::Runtime, upstream: SocketAddr, served: ServedCert) -> u16 {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
-        .with_single_cert(vec![leaf.der().clone()], key)
+        .with_single_cert(served.chain, served.key)
         .unwrap();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
@@ -137,19 +166,18 @@ fn tls_front(runtime: &tokio::runtime::Runtime, upstream: SocketAddr) -> (u16, S
             });
         }
     });
-    let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca.der());
-    let lines: Vec<&str> = encoded.as_bytes().chunks(64).map(|line| std::str::from_utf8(line).unwrap()).collect();
-    (port, format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n")))
+    port
 }
 
 /// HTTPS: through a TLS front whose CA `--ca-cert` (or `TRELLIS_CA_CERT`) trusts, `ping` and
-/// `runs start --watch` work; without it the certificate is refused (exit 3, named); a CA
-/// file with no certificate is an input error naming the file.
+/// `runs start --watch` work; without it the certificate is refused (exit 3, named, with the
+/// fix); a CA file with no certificate is an input error naming the file.
 #[test]
 fn https_through_a_tls_front_trusted_with_ca_cert() {
     let host = Host::start();
     let dir = host.dir();
-    let (port, ca) = tls_front(&host.runtime, host.addr);
+    let (served, ca) = signed_by_a_private_ca();
+    let port = tls_front(&host.runtime, host.addr, served);
     let ca_file = write(&dir.join("ca.pem"), &ca);
     let target = Target::new(format!("https://localhost:{port}"), common::KEY);
 
@@ -168,6 +196,27 @@ fn https_through_a_tls_front_trusted_with_ca_cert() {
     let empty = write(&dir.join("empty.pem"), "no certificate here\n");
     let ran = cli(&target, dir, &["ping", "--ca-cert", &empty]).code(3);
     assert!(ran.stderr.contains("empty.pem"), "{}", ran.stderr);
+}
+
+/// A self-signed proxy certificate given to `--ca-cert` works when it is not a CA
+/// certificate; a CA one (openssl's default) is refused with the fix named.
+#[test]
+fn https_through_a_self_signed_front() {
+    let host = Host::start();
+    let dir = host.dir();
+    for is_ca in [false, true] {
+        let (served, pem) = self_signed(is_ca);
+        let port = tls_front(&host.runtime, host.addr, served);
+        let file = write(&dir.join(format!("self-signed-{is_ca}.pem")), &pem);
+        let target = Target::new(format!("https://localhost:{port}"), common::KEY);
+        let ran = cli(&target, dir, &["ping", "--ca-cert", &file]);
+        if is_ca {
+            let ran = ran.code(3);
+            assert!(ran.stderr.contains("CaUsedAsEndEntity") && ran.stderr.contains("CA:FALSE"), "{}", ran.stderr);
+        } else {
+            assert!(ran.code(0).stdout.contains("API key accepted"));
+        }
+    }
 }
 
 fn write(path: &Path, text: &str) -> String {

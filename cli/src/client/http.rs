@@ -146,10 +146,25 @@ impl Api {
             message = format!("{message}: {cause}");
             source = cause.source();
         }
-        if message.contains("certificate") {
-            message.push_str(" (a host behind a private CA: trust it with --ca-cert FILE or TRELLIS_CA_CERT)");
+        if let Some(hint) = certificate_hint(&message) {
+            message = format!("{message} ({hint})");
         }
         ClientError::Connect { url: self.url(path), message }
+    }
+}
+
+/// What to do about a refused server certificate, from the transport error's `message`.
+fn certificate_hint(message: &str) -> Option<&'static str> {
+    if message.contains("CaUsedAsEndEntity") {
+        // rustls takes no CA certificate as a server's own, e.g. `openssl req -x509`'s default.
+        Some(
+            "the server presents a CA certificate as its own: serve a certificate signed by that CA, \
+             or make the self-signed one with basicConstraints CA:FALSE",
+        )
+    } else if message.contains("certificate") {
+        Some("a host behind a private CA: trust it with --ca-cert FILE or TRELLIS_CA_CERT")
+    } else {
+        None
     }
 }
 
@@ -175,4 +190,18 @@ async fn envelope(response: Response) -> ClientError {
     let error = field("error").unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned());
     let message = field("message").unwrap_or_else(|| text.chars().take(200).collect());
     ClientError::Http { status: status.as_u16(), error, message, details: body.get("details").cloned() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::certificate_hint;
+
+    #[test]
+    fn a_refused_certificate_gets_a_hint_naming_the_fix() {
+        let unknown = "client error (Connect): invalid peer certificate: UnknownIssuer";
+        assert!(certificate_hint(unknown).unwrap().contains("--ca-cert"));
+        let ca = "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))";
+        assert!(certificate_hint(ca).unwrap().contains("CA:FALSE"));
+        assert_eq!(certificate_hint("tcp connect error: Connection refused"), None);
+    }
 }
