@@ -206,10 +206,8 @@ async fn pending_interrupts_page_with_a_signed_cursor() {
     assert_eq!(pages, 3);
     let mut sorted = seen.clone();
     sorted.sort();
-    sorted.dedup();
-    assert_eq!(sorted.len(), 5, "every interrupt once: {seen:?}");
     expected.sort();
-    assert_eq!(sorted, expected);
+    assert_eq!(sorted, expected, "every interrupt exactly once, no duplicate run: {seen:?}");
 
     // The cursor is bound to the tenant and the filter.
     let (_, first) = pending(&h, "alice-key", "&limit=2").await;
@@ -225,6 +223,82 @@ async fn pending_interrupts_page_with_a_signed_cursor() {
     let runs_cursor = runs["nextCursor"].as_str().unwrap();
     let (status, _) = pending(&h, "alice-key", &format!("&cursor={runs_cursor}")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+/// Every page of the interrupt listing from `query` on, following `nextCursor` to its end.
+async fn all_pages(h: &Harness, key: &str, query: &str) -> Vec<Value> {
+    let mut pages = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let next = cursor.as_ref().map(|c| format!("{query}&cursor={c}")).unwrap_or_else(|| query.to_owned());
+        let (status, body) = pending(h, key, &next).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        cursor = body["nextCursor"].as_str().map(str::to_owned);
+        pages.push(body);
+        if cursor.is_none() {
+            return pages;
+        }
+        assert!(pages.len() < 20, "paging does not end");
+    }
+}
+
+#[tokio::test]
+async fn a_page_may_come_back_short_or_empty_with_a_cursor_to_the_rest() {
+    let h = harness().await;
+    // Alice's oldest runs wait; 250 newer ones (never stepped, so without an interrupt) and one
+    // of bob's waiting runs come after them.
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        waiting.push(suspended_as(&h, "alice-key", "gated", "gate").await);
+    }
+    for _ in 0..250 {
+        let (status, body) = h.post_as("/v1/runs", "alice-key", json!({ "workflowId": "chain" })).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let bobs = suspended_as(&h, "bob-key", "gated", "gate").await;
+    waiting.sort();
+    // The first 120 runs of alice's run listing (what a page of limit 1 or 30 scans at most:
+    // 100 or 120 runs) hold none of her waiting runs.
+    let (_, head) = h.call_as("GET", "/v1/runs?limit=100", Some("alice-key"), None).await;
+    let (_, rest) = h
+        .call_as(
+            "GET",
+            &format!("/v1/runs?limit=20&cursor={}", head["nextCursor"].as_str().unwrap()),
+            Some("alice-key"),
+            None,
+        )
+        .await;
+    let scanned: Vec<&str> = [&head, &rest]
+        .iter()
+        .flat_map(|body| body["runs"].as_array().unwrap().iter().map(|run| run["runId"].as_str().unwrap()))
+        .collect();
+    assert_eq!(scanned.len(), 120);
+    assert!(waiting.iter().all(|id| !scanned.contains(&id.as_str())), "{scanned:?}");
+
+    for limit in [1, 30] {
+        let pages = all_pages(&h, "alice-key", &format!("&limit={limit}")).await;
+        // The scan cap is reached among runs without an interrupt: an empty page, and a cursor.
+        assert_eq!(run_ids(&pages[0]), Vec::<String>::new(), "limit {limit}");
+        assert!(pages[0]["nextCursor"].is_string(), "limit {limit}: {}", pages[0]);
+        let mut seen: Vec<String> = pages.iter().flat_map(run_ids).collect();
+        assert!(pages.iter().all(|page| run_ids(page).len() <= limit));
+        seen.sort();
+        assert_eq!(seen, waiting, "limit {limit}: each waiting run once, never bob's");
+    }
+    // A page whose cap covers the whole history (4 × 100 runs) needs no cursor.
+    let pages = all_pages(&h, "alice-key", "&limit=100").await;
+    assert_eq!(pages.len(), 1);
+    let mut seen = run_ids(&pages[0]);
+    seen.sort();
+    assert_eq!(seen, waiting);
+
+    // Tenant isolation: bob lists his own run only, and alice's short-page cursor is not his.
+    let (_, first) = pending(&h, "alice-key", "&limit=1").await;
+    let cursor = first["nextCursor"].as_str().unwrap();
+    let (status, body) = pending(&h, "bob-key", &format!("&limit=1&cursor={cursor}")).await;
+    assert_eq!((status, body["details"]["parameter"].as_str()), (StatusCode::BAD_REQUEST, Some("cursor")));
+    let bob_pages = all_pages(&h, "bob-key", "&limit=1").await;
+    assert_eq!(bob_pages.iter().flat_map(run_ids).collect::<Vec<_>>(), vec![bobs]);
 }
 
 #[tokio::test]
