@@ -2,7 +2,7 @@
 //! them to a `{proxy+}` resource on a stage: the event's `path` without the stage,
 //! `requestContext.path` with it (when called through the default execute-api URL),
 //! `requestContext.stage`, `headers` (last value of each) and `multiValueHeaders` (all
-//! values), the query string in both forms with percent-decoded keys and values, and the body
+//! values), the query string in both forms with form-decoded keys and values, and the body
 //! as text, or base64 (`isBase64Encoded`) when it is not UTF-8.
 //!
 //! The path is passed as received (API Gateway decodes it; the API's path segments — run
@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 
 use base64::Engine;
 use lambda_http::http::HeaderMap;
-use percent_encoding::percent_decode_str;
 use serde_json::{json, Map, Value};
 
 /// One HTTP request as the proxy event needs it.
@@ -90,14 +89,13 @@ pub fn proxy_event(request: &IncomingRequest<'_>) -> Value {
 }
 
 /// `queryStringParameters` (the last value of each key) and `multiValueQueryStringParameters`
-/// (every value), keys and values percent-decoded; both `null` without a query.
+/// (every value), keys and values form-decoded as API Gateway decodes them (`%20` and `+`
+/// are spaces); both `null` without a query.
 fn query_parameters(query: &str) -> (Value, Value) {
     let mut single = Map::new();
     let mut multi: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let decode = |text: &str| percent_decode_str(text).decode_utf8_lossy().into_owned();
-        let (key, value) = (decode(key), decode(value));
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let (key, value) = (key.into_owned(), value.into_owned());
         single.insert(key.clone(), Value::String(value.clone()));
         multi.entry(key).or_default().push(value);
     }
@@ -146,6 +144,9 @@ mod tests {
         assert_eq!(event["multiValueHeaders"]["x-tag"], json!(["a", "b"]));
         assert_eq!(event["queryStringParameters"], json!({"name": "a b", "tag": "2", "flag": ""}));
         assert_eq!(event["multiValueQueryStringParameters"]["tag"], json!(["1", "2"]));
+        // As API Gateway REST (and the embedded host's form decoding): `+` is a space, `%2B` a plus.
+        let plus = proxy_event(&request(&headers, "q=a+b%2Bc&a+key=x", b""));
+        assert_eq!(plus["queryStringParameters"], json!({"q": "a b+c", "a key": "x"}));
         assert_eq!(event["body"], "{}");
         assert_eq!(event["isBase64Encoded"], false);
     }
