@@ -18,6 +18,7 @@ pub mod idempotency;
 mod links;
 mod render;
 mod routes;
+mod ui;
 pub mod v2;
 
 use std::sync::Arc;
@@ -90,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/host/sample/test/emit-provider-usage", post(routes::seams_usage::emit_provider_usage))
         .route("/v1/workflows/{workflow_id}", get(routes::workflows::get_workflow))
         .merge(v2::routes())
+        .merge(ui::routes())
         .fallback(routes::fallback)
         .layer(axum::middleware::from_fn_with_state(state.clone(), idempotency::layer))
         .layer(DefaultBodyLimit::max(body_limit))
