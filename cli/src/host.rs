@@ -307,25 +307,7 @@ async fn load_definitions(services: &Services, args: &ServeArgs) -> Result<Vec<S
 }
 
 fn collect_keys(args: &ServeArgs, options: &HostOptions) -> Result<(Vec<ApiKey>, Option<String>), StartError> {
-    let mut keys = Vec::new();
-    let mut dev_key = None;
-    if let Some(path) = &args.keys_file {
-        keys.extend(keys::load_keys_file(path)?);
-    }
-    match options.api_key.as_deref().filter(|key| !key.is_empty()) {
-        Some(secret) => keys.push(keys::full_access_key("env:TRELLIS_API_KEY", secret)),
-        None if keys.is_empty() => {
-            let secret = if args.memory { keys::generate_key() } else { keys::dev_key(&args.data_dir)? };
-            keys.push(keys::full_access_key("dev-key", &secret));
-            dev_key = Some(secret);
-        }
-        None => {}
-    }
-    if args.test_seams {
-        // With the seams on, the single full-access key of a test host may use them too.
-        for key in keys.iter_mut().filter(|key| key.label == "env:TRELLIS_API_KEY" || key.label == "dev-key") {
-            key.scopes.push(trellis_http::Scope::TestSeams.as_str().to_owned());
-        }
-    }
-    Ok((keys, dev_key))
+    let dev_secret = || if args.memory { Ok(keys::generate_key()) } else { keys::dev_key(&args.data_dir) };
+    let collected = keys::collect(args.keys_file.as_deref(), options.api_key.as_deref(), dev_secret, args.test_seams)?;
+    Ok((collected.keys, collected.dev_key))
 }

@@ -2,7 +2,8 @@
 //! region and credentials come from the standard AWS environment (`AWS_ENDPOINT_URL`,
 //! `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL_SQS`, `AWS_REGION`, …); the functions'
 //! other settings (`TRELLIS_MAX_RECEIVE_COUNT`, `TRELLIS_SECRETS_BACKEND`, …) are read from
-//! the environment as the functions read them.
+//! the environment as the functions read them; `TRELLIS_PUBLIC_URL` (the links of callback
+//! notifications) defaults to the stack's own address under its stage.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -4,6 +4,7 @@
 //! timer; SIGINT or SIGTERM stops it all.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +43,7 @@ pub(crate) enum StartError {
     Settings(#[from] trellis_aws::SettingsError),
     /// Keys or secrets.
     #[error(transparent)]
-    Keys(#[from] crate::keys::KeyError),
+    Keys(#[from] trellis_http::devkeys::KeyError),
     /// The table or queues.
     #[error(transparent)]
     Resources(#[from] resources::ResourcesError),
@@ -77,6 +78,22 @@ fn real_services(lookup: &dyn Fn(&str) -> Option<String>) -> Vec<&'static str> {
         .collect()
 }
 
+/// The functions' `TRELLIS_PUBLIC_URL` when the environment (`set`) gives none: the stack's
+/// own address under its stage (`http://127.0.0.1:8080/v`; loopback for an unspecified bind
+/// address), so the links of an external-event notification (`resolvePath`, `resolveUrl`)
+/// keep the stage the local gateway serves the API under.
+fn default_public_url(set: Option<&str>, addr: SocketAddr, stage: &str) -> Option<String> {
+    if set.is_some_and(|value| !value.trim().is_empty()) {
+        return None;
+    }
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    Some(format!("http://{}/{stage}", SocketAddr::new(ip, addr.port())))
+}
+
 /// The model providers document: `value` itself when it is JSON, else the file it names.
 fn providers_document(value: Option<&str>) -> Result<String, StartError> {
     let Some(value) = value.map(str::trim).filter(|value| !value.is_empty()) else { return Ok(String::new()) };
@@ -108,6 +125,10 @@ async fn start(args: &Args) -> Result<Running, StartError> {
         return Err(StartError::Stage(args.stage.clone()));
     }
     resources::check_name(&args.name)?;
+    // Bound first: the address is the default public URL of the links in notifications.
+    let listener =
+        tokio::net::TcpListener::bind(args.bind).await.map_err(|error| StartError::Bind(args.bind, error))?;
+    let addr = listener.local_addr().map_err(|error| StartError::Bind(args.bind, error))?;
     let keys = crate::keys::collect(
         args.keys_file.as_deref(),
         std::env::var("TRELLIS_API_KEY").ok().as_deref(),
@@ -117,12 +138,16 @@ async fn start(args: &Args) -> Result<Running, StartError> {
         ("TRELLIS_TABLE_NAME", args.name.clone()),
         ("TRELLIS_STEP_QUEUE_URL", "pending".to_owned()),
         ("TRELLIS_COMPLETION_QUEUE_URL", "pending".to_owned()),
-        ("TRELLIS_API_KEYS", keys.to_setting()),
+        ("TRELLIS_API_KEYS", crate::keys::to_setting(&keys.keys)),
         ("TRELLIS_CURSOR_SECRET", crate::keys::cursor_secret()?),
         ("TRELLIS_HTTP_ALLOW_PRIVATE_NETS", args.http_allow_private_nets.clone()),
         ("TRELLIS_AI_PROVIDERS", providers_document(args.ai_providers.as_deref())?),
         ("OPENWOP_TEST_SEAM_ENABLED", args.test_seams.to_string()),
     ]);
+    if let Some(public_url) = default_public_url(std::env::var("TRELLIS_PUBLIC_URL").ok().as_deref(), addr, &args.stage)
+    {
+        overlay.insert("TRELLIS_PUBLIC_URL", public_url);
+    }
     // Checked before anything is created; read again with the queues' URLs.
     let (checked, _) = settings_with(&overlay)?;
     let config = trellis_aws::app::sdk_config().await;
@@ -138,9 +163,6 @@ async fn start(args: &Args) -> Result<Running, StartError> {
     register_workflows(&api_app, &args.workflows).await?;
     // Links (statusUrl, Location, …) keep the `/{stage}` prefix, as on the `api` function.
     let router = trellis_aws::stage::router_with_stage_links(trellis_http::router(state));
-    let listener =
-        tokio::net::TcpListener::bind(args.bind).await.map_err(|error| StartError::Bind(args.bind, error))?;
-    let addr = listener.local_addr().map_err(|error| StartError::Bind(args.bind, error))?;
 
     let (shutdown, stopped) = watch::channel(false);
     let worker_app = Arc::new(AwsApp::new(settings, &config));
@@ -240,6 +262,22 @@ mod tests {
         assert!(real_services(&env(&[("AWS_ENDPOINT_URL", "http://localhost:4566")])).is_empty());
         let both = env(&[("AWS_ENDPOINT_URL_DYNAMODB", "http://a"), ("AWS_ENDPOINT_URL_SQS", "http://b")]);
         assert!(real_services(&both).is_empty());
+    }
+
+    #[test]
+    fn the_public_url_defaults_to_the_bound_address_under_the_stage() {
+        let addr = |text: &str| text.parse::<SocketAddr>().unwrap();
+        assert_eq!(default_public_url(None, addr("127.0.0.1:4100"), "v").as_deref(), Some("http://127.0.0.1:4100/v"));
+        assert_eq!(
+            default_public_url(Some(" "), addr("0.0.0.0:80"), "dev").as_deref(),
+            Some("http://127.0.0.1:80/dev")
+        );
+        assert_eq!(default_public_url(None, addr("[::]:8080"), "v").as_deref(), Some("http://[::1]:8080/v"));
+        assert_eq!(default_public_url(Some("https://tunnel.example/v"), addr("127.0.0.1:1"), "v"), None);
+        // The default passes the functions' own check of the setting.
+        let url = default_public_url(None, addr("127.0.0.1:4100"), "v").unwrap();
+        let public = trellis_core::interrupt::callback::PublicUrl::parse("TRELLIS_PUBLIC_URL", &url).unwrap();
+        assert_eq!(public.path_of("/v1/interrupts/T"), "/v/v1/interrupts/T");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `trellis-aws-local` end to end against the DynamoDB and SQS emulators: the built binary
 //! serves a run with an approval gate under the stage (its SSE stream read live while it
 //! waits and after the approval), refuses a path outside the stage as API Gateway does, stops
-//! cleanly on SIGTERM, and a restart on the same name finds the run (resources reused).
+//! cleanly on SIGTERM, and a restart on the same name finds the run (resources reused); an
+//! external worker's notify carries links under the stack's own address and stage (the
+//! default `TRELLIS_PUBLIC_URL`), and its `resolveUrl` completes the node.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -10,6 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use trellis_testkit::callback::{external_job_workflow, CallbackReceiver};
 use trellis_testkit::external::{require_emulators, Service};
 
 const KEY: &str = "aws-local-test-key";
@@ -25,10 +28,17 @@ struct Local {
 
 impl Local {
     fn start(dir: &Path, name: &str) -> Self {
+        Self::start_with(dir, name, &[])
+    }
+
+    /// [`Local::start`] with `extra` options.
+    fn start_with(dir: &Path, name: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_trellis-aws-local"))
             .current_dir(dir)
             .args(["--bind", "127.0.0.1:0", "--name", name, "--workflows", "workflows"])
+            .args(extra)
             .env("TRELLIS_API_KEY", KEY)
+            .env_remove("TRELLIS_PUBLIC_URL")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -156,4 +166,63 @@ async fn a_gated_run_streams_live_is_approved_and_survives_a_restart() {
     let snapshot: Value = snapshot.json().await.unwrap();
     assert_eq!(snapshot["status"], "completed", "{snapshot}");
     assert!(again.stop().success());
+}
+
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn a_notify_links_under_the_stacks_address_and_its_resolve_url_completes_the_node() {
+    require_emulators(&[Service::DynamoDb, Service::Sqs]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("workflows")).unwrap();
+    let workflow = external_job_workflow("local-callback", json!({}), 120_000);
+    std::fs::write(dir.path().join("workflows/callback.json"), workflow.to_string()).unwrap();
+    let name = format!("trellis-local-test-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let receiver = CallbackReceiver::start(Vec::new()).await;
+    let http = reqwest::Client::new();
+
+    // The receiver listens on loopback, a private destination the notify may reach here.
+    let local = Local::start_with(dir.path(), &name, &["--http-allow-private-nets", "127.0.0.1/32"]);
+    let base = local.base.clone();
+    let created = http
+        .post(format!("{base}/v/v1/runs"))
+        .bearer_auth(KEY)
+        .json(&json!({"workflowId": "local-callback", "callbackUrl": receiver.url()}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    let run_id = created.json::<Value>().await.unwrap()["runId"].as_str().expect("a run id").to_owned();
+
+    let task = receiver.wait_for(1, HANG_GUARD).await.remove(0);
+    let token = task["token"].as_str().expect("a token");
+    assert_eq!(task["resolvePath"], format!("/v/v1/interrupts/{token}"), "{task}");
+    assert_eq!(task["resolveUrl"], format!("{base}/v/v1/interrupts/{token}"), "{task}");
+    // The token is the authorisation: no bearer key.
+    let resolved = http
+        .post(task["resolveUrl"].as_str().unwrap())
+        .json(&json!({"resumeValue": {"eventPayload": {"job": "j-1"}}}))
+        .send()
+        .await
+        .expect("resolve");
+    assert_eq!(resolved.status(), 200, "{:?}", resolved.text().await);
+
+    let deadline = Instant::now() + HANG_GUARD;
+    let snapshot = loop {
+        let snapshot: Value = http
+            .get(format!("{base}/v/v1/runs/{run_id}"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .expect("snapshot")
+            .json()
+            .await
+            .unwrap();
+        if matches!(snapshot["status"].as_str(), Some("completed" | "failed" | "cancelled")) {
+            break snapshot;
+        }
+        assert!(Instant::now() < deadline, "the run did not end: {snapshot}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(snapshot["status"], "completed", "{snapshot}");
+    assert!(local.stop().success());
 }

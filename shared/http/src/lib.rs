@@ -11,6 +11,7 @@
 //! Bearer API keys are checked before any existence check.
 
 pub mod auth;
+pub mod devkeys;
 pub mod discovery;
 pub mod error;
 mod event_json;
