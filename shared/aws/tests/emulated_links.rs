@@ -1,16 +1,21 @@
 //! Links behind API Gateway on the emulated AWS stack: a request through the default
 //! execute-api URL (`requestContext.path` `/v/v1/runs`, stage `v`) is answered with
 //! `statusUrl`, `eventsUrl`, `Location` and the interrupt `callbackUrl` under `/v/`; the same
-//! request through a custom domain (the stage only in the context) keeps `/v1/...`. The
-//! interrupt listing (`GET /v1/interrupts`) answers the same views. Without the emulators the
-//! suite is ignored.
+//! request through a custom domain mapped at its root (the stage only in the context) keeps
+//! `/v1/...`, and one through a custom domain's base path mapping (`requestContext.path`
+//! `/trellis/v1/runs`) gets `/trellis/v1/...`. The interrupt listing (`GET /v1/interrupts`)
+//! answers the same views. Without the emulators the suite is ignored.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
+use axum::body::Body;
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use support::{require_emulators, stack, Stack};
+use support::{require_emulators, stack, Stack, KEY};
+use tower::ServiceExt;
+use trellis_aws::local::event::{proxy_event, IncomingRequest};
 
 async fn call(
     aws: &Stack,
@@ -72,6 +77,63 @@ async fn links_keep_the_stage_of_the_default_url_and_not_of_a_custom_domain() {
         let (status, _, inspected) = call(&aws, stage, "GET", &format!("/v1/interrupts/{token}"), None).await;
         assert_eq!((status, inspected["nodeId"].as_str()), (200, Some("gate")), "{inspected}");
     }
+}
+
+/// `method path` through a custom domain whose base path mapping puts the API under
+/// `base` (API Gateway's event: `path` as the router sees it, `requestContext.path` as the
+/// client called it).
+async fn call_mapped(
+    aws: &Stack,
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Option<String>, Value) {
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert("content-type", "application/json".parse().unwrap());
+    headers.insert("host", "api.example.com".parse().unwrap());
+    headers.insert("authorization", format!("Bearer {KEY}").parse().unwrap());
+    let body = body.map(|body| body.to_string()).unwrap_or_default();
+    let incoming = IncomingRequest {
+        method,
+        path,
+        query: "",
+        headers: &headers,
+        body: body.as_bytes(),
+        stage: "v",
+        stage_in_path: false,
+        source_ip: "127.0.0.1",
+    };
+    let mut event = proxy_event(&incoming);
+    event["requestContext"]["path"] = json!(format!("{base}{path}"));
+    let request = lambda_http::request::from_str(&event.to_string()).expect("API Gateway event parses");
+    let (parts, body) = request.into_parts();
+    let response = aws.router.clone().oneshot(axum::http::Request::from_parts(parts, Body::from(body.to_vec()))).await;
+    let response = response.unwrap();
+    let status = response.status().as_u16();
+    let location = response.headers().get("location").map(|value| value.to_str().unwrap().to_owned());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, location, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn links_keep_a_custom_domains_base_path_mapping() {
+    require_emulators();
+    let aws = stack().await;
+    let workflow = json!({"id": "links-mapped", "name": "Mapped", "nodes": [{"id": "a", "typeId": "core.noop"}]});
+    let (status, body) = aws.api("POST", "/v1/workflows", Some(workflow)).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, location, created) =
+        call_mapped(&aws, "/trellis", "POST", "/v1/runs", Some(json!({"workflowId": "links-mapped"}))).await;
+    assert_eq!(status, 201, "{created}");
+    let run_id = created["runId"].as_str().unwrap().to_owned();
+    assert_eq!(created["statusUrl"], format!("/trellis/v1/runs/{run_id}"), "{created}");
+    assert_eq!(created["eventsUrl"], format!("/trellis/v1/runs/{run_id}/events"), "{created}");
+    assert_eq!(location.as_deref(), Some(format!("/trellis/v1/runs/{run_id}").as_str()));
+    let (status, _, snapshot) = call_mapped(&aws, "/trellis", "GET", &format!("/v1/runs/{run_id}"), None).await;
+    assert_eq!(status, 200, "{snapshot}");
+    assert_eq!(snapshot["eventsUrl"], format!("/trellis/v1/runs/{run_id}/events"), "{snapshot}");
 }
 
 #[tokio::test]
