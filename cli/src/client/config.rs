@@ -18,8 +18,8 @@ use crate::args::GlobalArgs;
 /// The URL used when none is configured anywhere.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
 
-/// The resolved host and key of a client command.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The resolved host and key of a client command. Its `Debug` never shows the key.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Target {
     /// The base URL without a trailing `/` (its path, an API Gateway stage, kept).
     pub url: String,
@@ -27,6 +27,17 @@ pub struct Target {
     pub key: Option<String>,
     /// A PEM file of extra trusted root certificates (`--ca-cert` / `TRELLIS_CA_CERT`).
     pub ca_cert: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Target")
+            .field("url", &self.url)
+            .field("key", &self.key.as_ref().map(|_| "<hidden>"))
+            .field("ca_cert", &self.ca_cert)
+            .finish()
+    }
 }
 
 /// The `{url, key}` of a config file.
@@ -84,8 +95,10 @@ fn read_config(path: &Path) -> Result<FileConfig, ClientError> {
     Ok(FileConfig { url: field("url")?, key: field("key")? })
 }
 
-/// The development key `trellis serve` keeps in its data directory, if there is one.
-fn dev_key() -> Option<String> {
+/// The development key `trellis serve` keeps in its data directory, if there is one (read
+/// again by `ping --wait` once the host answers: a host started just before may not have
+/// written it when the command began).
+pub fn dev_key() -> Option<String> {
     let dir = std::env::var_os("TRELLIS_DATA_DIR")
         .filter(|value| !value.is_empty())
         .map(PathBuf::from)

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::{Certificate, Method, RequestBuilder, Response};
 use serde_json::Value;
 
@@ -18,13 +19,28 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A (non-stream) request gives up after this.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A host's API, as one key sees it. Cheap to clone.
-#[derive(Debug, Clone)]
+/// What a query value or a path segment keeps as it is: RFC 3986's unreserved characters.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// Percent-encodes a query value or a path segment.
+pub fn encode(value: &str) -> String {
+    utf8_percent_encode(value, COMPONENT).to_string()
+}
+
+/// A host's API, as one key sees it. Cheap to clone. Its `Debug` never shows the key.
+#[derive(Clone)]
 pub struct Api {
     base: String,
     key: Option<String>,
     http: reqwest::Client,
     streams: reqwest::Client,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = self.key.as_ref().map(|_| "<hidden>");
+        formatter.debug_struct("Api").field("base", &self.base).field("key", &key).finish_non_exhaustive()
+    }
 }
 
 impl Api {
@@ -62,6 +78,12 @@ impl Api {
         self.key.is_some()
     }
 
+    /// The same client with `key` (found after it was made: `ping --wait`'s development key).
+    pub fn with_key(mut self, key: String) -> Self {
+        self.key = Some(key);
+        self
+    }
+
     /// `{base}{path}`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
@@ -84,6 +106,31 @@ impl Api {
     /// `GET path`, the 2xx JSON body.
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
         self.send(Method::GET, path, None, &[]).await
+    }
+
+    /// The items of the list `field` of `GET path` (its query, if any, already in it): the
+    /// first page, or with `all` every page, following `nextCursor` (encoded) until a page
+    /// has none (or repeats the cursor it was asked with).
+    pub async fn pages(&self, path: &str, field: &str, all: bool) -> Result<Vec<Value>, ClientError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page_path = match &cursor {
+                Some(cursor) => {
+                    let join = if path.contains('?') { '&' } else { '?' };
+                    format!("{path}{join}cursor={}", encode(cursor))
+                }
+                None => path.to_owned(),
+            };
+            let page = self.get(&page_path).await?;
+            items.extend(page[field].as_array().cloned().unwrap_or_default());
+            match page["nextCursor"].as_str() {
+                Some(next) if all && !next.is_empty() && cursor.as_deref() != Some(next) => {
+                    cursor = Some(next.to_owned());
+                }
+                _ => return Ok(items),
+            }
+        }
     }
 
     /// `POST path` with a JSON body, the 2xx JSON body.
@@ -194,7 +241,17 @@ async fn envelope(response: Response) -> ClientError {
 
 #[cfg(test)]
 mod tests {
-    use super::certificate_hint;
+    use super::{certificate_hint, encode, Api};
+    use crate::client::config::Target;
+
+    #[test]
+    fn the_key_stays_out_of_debug_and_values_are_percent_encoded() {
+        let target = Target { url: "http://127.0.0.1:1".into(), key: Some("secret-key".into()), ca_cert: None };
+        let api = Api::new(&target).unwrap();
+        assert!(!format!("{api:?}").contains("secret-key"), "{api:?}");
+        assert!(!format!("{target:?}").contains("secret-key"), "{target:?}");
+        assert_eq!(encode("a b/c+d=é~_.-"), "a%20b%2Fc%2Bd%3D%C3%A9~_.-");
+    }
 
     #[test]
     fn a_refused_certificate_gets_a_hint_naming_the_fix() {

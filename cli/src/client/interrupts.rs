@@ -6,9 +6,9 @@
 use serde_json::{json, Value};
 
 use super::exit::ClientError;
-use super::http::Api;
+use super::http::{encode, Api};
 use super::output::{print_fields, print_json, print_table, say, text, Out};
-use super::runs::{encode, parse_pairs, read_json_file};
+use super::runs::{parse_pairs, read_json_file};
 use crate::args::{InterruptTarget, InterruptsCommand};
 
 /// Runs one `interrupts` subcommand.
@@ -53,24 +53,16 @@ pub fn answer_command(run_id: &str, node: &str, kind: &str) -> String {
     }
 }
 
-async fn list(api: &Api, out: Out, run_id: Option<&str>) -> Result<(), ClientError> {
-    let mut interrupts = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut path = "/v1/interrupts?status=pending".to_owned();
-        if let Some(run_id) = run_id {
-            path.push_str(&format!("&runId={}", encode(run_id)));
-        }
-        if let Some(cursor) = &cursor {
-            path.push_str(&format!("&cursor={}", encode(cursor)));
-        }
-        let page = api.get(&path).await?;
-        interrupts.extend(page["interrupts"].as_array().cloned().unwrap_or_default());
-        match page["nextCursor"].as_str() {
-            Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
-            _ => break,
-        }
+/// `GET /v1/interrupts?status=pending`, of one run when `run_id` is given.
+fn pending_path(run_id: Option<&str>) -> String {
+    match run_id {
+        Some(run_id) => format!("/v1/interrupts?status=pending&runId={}", encode(run_id)),
+        None => "/v1/interrupts?status=pending".to_owned(),
     }
+}
+
+async fn list(api: &Api, out: Out, run_id: Option<&str>) -> Result<(), ClientError> {
+    let interrupts = api.pages(&pending_path(run_id), "interrupts", true).await?;
     if out.json() {
         print_json(&json!({ "interrupts": interrupts }));
         return Ok(());
@@ -123,18 +115,16 @@ async fn fetch(api: &Api, target: &InterruptTarget) -> Result<Value, ClientError
         return api.get(&format!("/v1/interrupts/{}", encode(token))).await;
     }
     let (run_id, node_id) = run_and_node(target)?;
-    let run = api.get(&format!("/v1/runs/{run_id}")).await?;
-    match run.get("interrupt") {
-        Some(interrupt) if interrupt["nodeId"].as_str() == Some(node_id) => {
-            let mut interrupt = interrupt.clone();
-            interrupt["runId"] = json!(run_id);
-            Ok(interrupt)
-        }
-        _ => Err(ClientError::Input(format!(
-            "run {run_id} has no pending interrupt at node {node_id} (status {})",
-            text(&run, "status")
-        ))),
+    // The run's pending interrupts (several may be pending at once, one per node).
+    let pending = api.pages(&pending_path(Some(run_id)), "interrupts", true).await?;
+    if let Some(interrupt) = pending.iter().find(|item| item["nodeId"].as_str() == Some(node_id)) {
+        let mut interrupt = interrupt.clone();
+        interrupt["runId"] = json!(run_id);
+        return Ok(interrupt);
     }
+    let nodes: Vec<&str> = pending.iter().filter_map(|item| item["nodeId"].as_str()).collect();
+    let pending = if nodes.is_empty() { "none pending".to_owned() } else { format!("pending at {}", nodes.join(", ")) };
+    Err(ClientError::Input(format!("run {run_id} has no pending interrupt at node {node_id} ({pending})")))
 }
 
 fn run_and_node(target: &InterruptTarget) -> Result<(&str, &str), ClientError> {
@@ -172,24 +162,14 @@ async fn show(api: &Api, out: Out, target: &InterruptTarget) -> Result<(), Clien
     Ok(())
 }
 
-/// Checks `value` against the interrupt's resume schema: each error with its path.
+/// Checks `value` against the interrupt's resume schema with the check the host applies
+/// (`trellis_core::schema::check_against`, offline): each violation with its path and rule.
 fn check(interrupt: &Value, value: &Value) -> Result<(), ClientError> {
     let Some(schema) = resume_schema(interrupt) else { return Ok(()) };
-    let validator = jsonschema::validator_for(schema)
-        .map_err(|error| ClientError::Input(format!("the interrupt's resume schema does not compile: {error}")))?;
-    let errors: Vec<String> = validator
-        .iter_errors(value)
-        .map(|error| {
-            let path = error.instance_path().to_string();
-            format!("{}: {error}", if path.is_empty() { "/" } else { &path })
-        })
-        .collect();
-    if errors.is_empty() {
-        return Ok(());
-    }
+    let Err(violations) = trellis_core::schema::check_against(schema, value) else { return Ok(()) };
     Err(ClientError::Invalid {
         message: "the value does not match the interrupt's resume schema (nothing was sent)".to_owned(),
-        errors,
+        errors: violations.iter().map(trellis_core::schema::describe).collect(),
     })
 }
 
@@ -199,7 +179,7 @@ async fn resolve(api: &Api, out: Out, target: &InterruptTarget, value: Value) ->
         Some(token) => api.post(&format!("/v1/interrupts/{}", encode(token)), &body).await?,
         None => {
             let (run_id, node_id) = run_and_node(target)?;
-            api.post(&format!("/v1/runs/{run_id}/interrupts/{node_id}"), &body).await?
+            api.post(&format!("/v1/runs/{}/interrupts/{}", encode(run_id), encode(node_id)), &body).await?
         }
     };
     if out.json() {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::exit::ClientError;
-use super::http::Api;
+use super::http::{encode, Api};
 use super::output::{print_fields, print_json, print_table, say, text, Out};
 use crate::args::WorkflowsCommand;
 
@@ -21,20 +21,7 @@ pub async fn run(api: &Api, out: Out, command: &WorkflowsCommand) -> Result<(), 
 
 /// Every page of `GET /v1/workflows`.
 async fn list(api: &Api, out: Out) -> Result<(), ClientError> {
-    let mut workflows = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let path = match &cursor {
-            Some(cursor) => format!("/v1/workflows?limit=100&cursor={cursor}"),
-            None => "/v1/workflows?limit=100".to_owned(),
-        };
-        let page = api.get(&path).await?;
-        workflows.extend(page["workflows"].as_array().cloned().unwrap_or_default());
-        match page["nextCursor"].as_str() {
-            Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
-            _ => break,
-        }
-    }
+    let workflows = api.pages("/v1/workflows?limit=100", "workflows", true).await?;
     if out.json() {
         print_json(&json!({ "workflows": workflows }));
         return Ok(());
@@ -43,7 +30,7 @@ async fn list(api: &Api, out: Out) -> Result<(), ClientError> {
     let mut rows = Vec::new();
     for workflow in &workflows {
         let id = text(workflow, "workflowId");
-        let nodes = match api.get(&format!("/v1/workflows/{id}")).await {
+        let nodes = match api.get(&format!("/v1/workflows/{}", encode(&id))).await {
             Ok(definition) => definition["nodes"].as_array().map_or(0, Vec::len).to_string(),
             Err(_) => "-".to_owned(),
         };
@@ -54,7 +41,7 @@ async fn list(api: &Api, out: Out) -> Result<(), ClientError> {
 }
 
 async fn show(api: &Api, out: Out, id: &str) -> Result<(), ClientError> {
-    let definition = api.get(&format!("/v1/workflows/{id}")).await?;
+    let definition = api.get(&format!("/v1/workflows/{}", encode(id))).await?;
     if out.json() {
         print_json(&definition);
         return Ok(());
