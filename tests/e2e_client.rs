@@ -2,7 +2,9 @@
 //! started by the test. The scenarios live in tests/common/client.rs as functions of a target
 //! `{url, key}`, so the AWS stack's suite (tests/e2e_client_aws.rs) plays the same ones; this
 //! file adds what only makes sense here: HTTPS through a local TLS front (`--ca-cert`), the
-//! configuration precedence, the development key file of `trellis serve`, and shell completions.
+//! configuration precedence, the development key file of `trellis serve` (also when `ping --wait`
+//! started before the host), shell completions and usage errors, and a watch against a stub
+//! host whose child run's stream is slow to answer.
 
 mod common;
 
@@ -342,4 +344,141 @@ fn completions_and_help() {
     command.env("TRELLIS_URL", "http://127.0.0.1:1/v");
     let ran = run_command(command, &["ping"]).code(3);
     assert!(ran.stderr.contains("http://127.0.0.1:1/v/.well-known/openwop"), "{}", ran.stderr);
+}
+
+/// Usage errors of the client commands exit 3 (a `--timeout` that is not a finite number of
+/// seconds 0 or more, an `--until` that is no run status); `serve` and `hash-key` keep clap's 2.
+#[test]
+fn usage_errors_exit_3_but_serve_and_hash_key_keep_2() {
+    let dir = tempfile::tempdir().unwrap();
+    for timeout in ["inf", "1e20", "-1", "NaN", "soon"] {
+        let flag = format!("--timeout={timeout}");
+        let ran = run_command(bare(dir.path()), &["runs", "wait", "run-1", &flag]).code(3);
+        assert!(ran.stderr.contains("--timeout"), "{timeout}: {}", ran.stderr);
+    }
+    let ran = run_command(bare(dir.path()), &["runs", "wait", "run-1", "--until", "complete"]).code(3);
+    assert!(ran.stderr.contains("completed") && ran.stderr.contains("waiting-approval"), "{}", ran.stderr);
+    let ran = run_command(bare(dir.path()), &["serve", "--no-such-flag"]).code(2);
+    assert!(ran.stderr.contains("--no-such-flag"), "{}", ran.stderr);
+    run_command(bare(dir.path()), &["--output", "json", "hash-key", "extra"]).code(2);
+    let help = run_command(bare(dir.path()), &["--help"]).code(0).stdout;
+    assert!(help.contains("serve and hash-key keep clap's exit 2"), "{help}");
+}
+
+/// `ping --wait` started before `trellis serve` (as the guide's `trellis serve &` then
+/// `trellis ping --wait 10` may run): the development key the host writes meanwhile is found
+/// once the host answers.
+#[test]
+fn ping_wait_finds_the_development_key_written_while_it_waited() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut ping = bare(dir.path());
+    ping.env("TRELLIS_URL", format!("http://127.0.0.1:{port}"))
+        .args(["ping", "--wait", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let ping = ping.spawn().unwrap();
+    // Let the ping start (and find no key) first; it retries until the host answers.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!dir.path().join("trellis-data/dev-api-key").exists());
+    let mut serve = bare(dir.path());
+    serve
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "warn")
+        .env_remove("OPENWOP_FIXTURES_DIR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let served = Served(serve.spawn().unwrap());
+    let output = ping.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("API key accepted"), "{stdout}");
+    drop(served);
+}
+
+/// A stub host: a parent run whose whole stream (child dispatched, parent completed) comes at
+/// once, and a child run whose stream answers only after a pause longer than any fixed drain
+/// (as on a loaded machine). The watch still shows the child's lines: it reads each child to
+/// its end.
+fn stub_host(runtime: &tokio::runtime::Runtime) -> String {
+    use axum::routing::get;
+    use axum::Json;
+    use serde_json::{json, Value};
+
+    fn sse(run_id: &str, events: &[(&str, Option<&str>, Value)]) -> String {
+        events
+            .iter()
+            .enumerate()
+            .map(|(sequence, (kind, node, payload))| {
+                let event = json!({"sequence": sequence, "type": kind, "runId": run_id, "nodeId": node,
+                    "payload": payload, "timestamp": "2026-01-01T12:00:00.000Z"});
+                format!("id: {sequence}\nevent: {kind}\ndata: {event}\n\n")
+            })
+            .collect()
+    }
+    let root = || async {
+        sse(
+            "run-root",
+            &[
+                ("run.started", None, json!({})),
+                ("node.started", Some("call"), json!({})),
+                ("node.dispatched", Some("call"), json!({"childRunId": "run-child"})),
+                ("node.completed", Some("call"), json!({"durationMs": 5})),
+                ("run.completed", None, json!({"durationMs": 9})),
+            ],
+        )
+    };
+    let child = || async {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        sse(
+            "run-child",
+            &[
+                ("run.started", None, json!({})),
+                ("node.started", Some("child-n1"), json!({})),
+                ("node.completed", Some("child-n1"), json!({"durationMs": 1})),
+                ("run.completed", None, json!({})),
+            ],
+        )
+    };
+    let router = axum::Router::new()
+        .route(
+            "/v1/runs/run-root",
+            get(|| async { Json(json!({"runId": "run-root", "workflowId": "flow", "status": "running"})) }),
+        )
+        .route("/v1/runs/run-child", get(|| async { Json(json!({"runId": "run-child", "status": "completed"})) }))
+        .route("/v1/workflows/flow", get(|| async { Json(json!({"id": "flow", "nodes": [{"id": "call"}]})) }))
+        .route("/v1/runs/run-root/events", get(root))
+        .route("/v1/runs/run-child/events", get(child));
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    runtime.spawn(async move { axum::serve(listener, router).await });
+    url
+}
+
+/// Standard output that cannot be written (a full disk) is an error, exit 3, not a quiet 0.
+#[test]
+fn an_unwritable_standard_output_exits_3() {
+    if !Path::new("/dev/full").exists() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let target = Target::new(stub_host(&runtime), "k");
+    for args in [&["runs", "show", "run-child"][..], &["completions", "bash"]] {
+        let mut command = client::trellis(&target, dir.path());
+        command.stdout(std::fs::File::create("/dev/full").unwrap());
+        let ran = run_command(command, args).code(3);
+        assert!(ran.stderr.contains("cannot write standard output"), "{args:?}: {}", ran.stderr);
+    }
+}
+
+#[test]
+fn watch_reads_a_slow_child_stream_to_its_end() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let target = Target::new(stub_host(&runtime), "k");
+    let ran = cli(&target, dir.path(), &["runs", "watch", "run-root"]).code(0);
+    for expected in ["node call/child-n1 completed", "child run-child of call completed", "run run-root completed"] {
+        assert!(ran.stdout.contains(expected), "no {expected:?}:\n{}", ran.stdout);
+    }
 }

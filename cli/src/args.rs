@@ -31,8 +31,9 @@ Gateway stage /v is kept) with the bearer key TRELLIS_API_KEY. Precedence: flag,
 config file (TRELLIS_CONFIG, default $XDG_CONFIG_HOME/trellis/config.json), then the development
 key file trellis serve writes (TRELLIS_DATA_DIR/dev-api-key, default trellis-data/dev-api-key).
 
-Exit codes: 0 success (a watched or awaited run completed), 1 the run failed, 2 the run was
-cancelled, 3 usage, HTTP or connection error, or invalid input, 4 runs wait --timeout passed.";
+Exit codes of the client commands: 0 success (a watched or awaited run completed), 1 the run
+failed, 2 the run was cancelled, 3 usage, HTTP or connection error, or invalid input, 4 runs wait
+--timeout passed. serve and hash-key keep clap's exit 2 for a usage error.";
 
 /// The client commands' global options.
 #[derive(Debug, Clone, clap::Args)]
@@ -253,12 +254,40 @@ pub enum RunsCommand {
         /// The run id.
         run_id: String,
         /// The status to wait for (e.g. waiting-approval); a terminal status ends the wait too.
-        #[arg(long, value_name = "STATUS")]
+        #[arg(long, value_name = "STATUS", value_parser = clap::builder::PossibleValuesParser::new(run_statuses()))]
         until: Option<String>,
-        /// Give up after this many seconds (exit 4).
-        #[arg(long, value_name = "SECONDS")]
-        timeout: Option<f64>,
+        /// Give up after this many seconds (exit 4): a finite number, 0 or more (e.g. 0.5).
+        #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+        timeout: Option<std::time::Duration>,
     },
+}
+
+/// Every run status, as the wire spells it (`runs wait --until`'s values).
+pub fn run_statuses() -> Vec<&'static str> {
+    use trellis_core::RunStatus;
+    [
+        RunStatus::Pending,
+        RunStatus::Running,
+        RunStatus::Paused,
+        RunStatus::WaitingApproval,
+        RunStatus::WaitingInput,
+        RunStatus::WaitingExternal,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelling,
+        RunStatus::Cancelled,
+    ]
+    .map(RunStatus::as_str)
+    .to_vec()
+}
+
+/// A number of seconds: finite, 0 or more, and no larger than a `Duration` holds.
+fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text.trim().parse().map_err(|_| format!("not a number of seconds: {text}"))?;
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(format!("must be a finite number of seconds, 0 or more: {text}"));
+    }
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|_| format!("too many seconds: {text}"))
 }
 
 /// What runs start --help adds.

@@ -21,15 +21,23 @@ pub async fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// The exit code of a command line clap refused: 0 for help and version, 3 (a usage error,
-/// as for every client command) otherwise. Prints clap's message.
-pub fn parse_error(error: &clap::Error) -> ExitCode {
+/// The exit code of a command line clap refused (`args`, the whole command line): 0 for help
+/// and version; for a usage error, clap's own 2 under `serve` and `hash-key` (they keep their
+/// behaviour) and 3 under the client commands (their usage-error code). Prints clap's message.
+pub fn parse_error(error: &clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
     use clap::error::ErrorKind;
     let _ = error.print();
     match error.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+        _ if matches!(subcommand_of(args).as_deref(), Some("serve" | "hash-key")) => ExitCode::from(2),
         _ => crate::client::exit::Exit::Error.into(),
     }
+}
+
+/// The subcommand a command line names, as far as clap can tell from a line it refused.
+fn subcommand_of(args: &[std::ffi::OsString]) -> Option<String> {
+    let matches = <Cli as clap::CommandFactory>::command().ignore_errors(true).try_get_matches_from(args).ok()?;
+    matches.subcommand_name().map(str::to_owned)
 }
 
 async fn serve(args: &ServeArgs, process: &ProcessArgs) -> ExitCode {
@@ -80,4 +88,23 @@ async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = interrupt.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subcommand_of;
+
+    #[test]
+    fn a_refused_command_line_still_names_its_subcommand() {
+        let line = |args: &[&str]| args.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        assert_eq!(subcommand_of(&line(&["trellis", "serve", "--bad-flag"])).as_deref(), Some("serve"));
+        assert_eq!(
+            subcommand_of(&line(&["trellis", "--url", "http://x", "hash-key", "extra"])).as_deref(),
+            Some("hash-key")
+        );
+        assert_eq!(
+            subcommand_of(&line(&["trellis", "runs", "wait", "r", "--timeout", "inf"])).as_deref(),
+            Some("runs")
+        );
+    }
 }

@@ -12,8 +12,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match trellis::args::Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match trellis::args::Cli::try_parse_from(&args) {
         Ok(cli) => trellis::commands::run(cli).await,
-        Err(error) => trellis::commands::parse_error(&error),
+        Err(error) => trellis::commands::parse_error(&error, &args),
     }
 }

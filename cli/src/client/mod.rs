@@ -41,7 +41,9 @@ pub async fn run(global: &GlobalArgs, command: &Command) -> Exit {
 async fn dispatch(global: &GlobalArgs, out: Out, command: &Command) -> Result<Exit, ClientError> {
     if let Command::Completions { shell } = command {
         let mut cli = <crate::args::Cli as clap::CommandFactory>::command();
-        clap_complete::generate(*shell, &mut cli, "trellis", &mut std::io::stdout());
+        let mut script = Vec::new();
+        clap_complete::generate(*shell, &mut cli, "trellis", &mut script);
+        say!("{}", String::from_utf8_lossy(&script).trim_end());
         return Ok(Exit::Success);
     }
     let target = config::resolve(global)?;
@@ -64,6 +66,12 @@ async fn ping(api: &Api, out: Out, wait: u64) -> Result<(), ClientError> {
             Err(error) if Instant::now() >= deadline => return Err(error),
             Err(_) => tokio::time::sleep(PING_RETRY).await,
         }
+    };
+    // A host started just before (`trellis serve &`) writes its development key file while
+    // this command waits: read it again now that the host answers.
+    let api = match config::dev_key().filter(|_| !api.has_key()) {
+        Some(key) => api.clone().with_key(key),
+        None => api.clone(),
     };
     let key = if api.has_key() {
         match api.get("/v1/workflows?limit=1").await {

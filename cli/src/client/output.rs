@@ -1,9 +1,12 @@
 //! How client commands print: `--output json` prints the server's JSON (pretty, one document;
 //! event streams one document per line), tables are borderless comfy-table columns.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use comfy_table::{presets, ContentArrangement, Table};
 use serde_json::Value;
 
+use super::exit::Exit;
 use crate::args::OutputFormat;
 
 /// Where and how a command prints its results.
@@ -22,13 +25,32 @@ impl Out {
     }
 }
 
-/// Writes one line on standard output. When the reader went away (a closed pipe, as with
-/// `| head`), the process ends quietly with 0 instead of panicking.
+/// Set once standard output's reader went away (a closed pipe, as with `| head`).
+static READER_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Whether standard output's reader went away: output is dropped from then on.
+pub fn reader_gone() -> bool {
+    READER_GONE.load(Ordering::Relaxed)
+}
+
+/// Writes one line on standard output. When the reader went away (a broken pipe), this and
+/// every later line is dropped quietly and the command goes on to its own exit code (a
+/// `runs wait` or `runs watch` still exits by the run's final status); any other write
+/// error (a full disk, an I/O error) ends the process with exit 3 and the error on
+/// standard error.
 pub fn write_line(line: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
+    if reader_gone() {
+        return;
+    }
     let mut stdout = std::io::stdout().lock();
-    if writeln!(stdout, "{line}").and_then(|()| stdout.flush()).is_err() {
-        std::process::exit(0);
+    match writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => READER_GONE.store(true, Ordering::Relaxed),
+        Err(error) => {
+            eprintln!("trellis: cannot write standard output: {error}");
+            std::process::exit(i32::from(Exit::Error as u8));
+        }
     }
 }
 

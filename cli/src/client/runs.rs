@@ -7,9 +7,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::events::{error_text, is_terminal_event, EventStream};
+use super::events::{error_text, status_after, Backoff, EventStream};
 use super::exit::{is_terminal, ClientError, Exit};
-use super::http::Api;
+use super::http::{encode, Api};
 use super::interrupts::answer_command;
 use super::output::{print_fields, print_json, print_json_line, print_table, say, text, Out};
 use crate::args::RunsCommand;
@@ -135,21 +135,8 @@ async fn list(
     if let Some(limit) = limit {
         query.push(format!("limit={limit}"));
     }
-    let mut runs = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut parts = query.clone();
-        if let Some(cursor) = &cursor {
-            parts.push(format!("cursor={}", encode(cursor)));
-        }
-        let path = if parts.is_empty() { "/v1/runs".to_owned() } else { format!("/v1/runs?{}", parts.join("&")) };
-        let page = api.get(&path).await?;
-        runs.extend(page["runs"].as_array().cloned().unwrap_or_default());
-        match page["nextCursor"].as_str() {
-            Some(next) if all && !next.is_empty() => cursor = Some(next.to_owned()),
-            _ => break,
-        }
-    }
+    let path = if query.is_empty() { "/v1/runs".to_owned() } else { format!("/v1/runs?{}", query.join("&")) };
+    let runs = api.pages(&path, "runs", all).await?;
     if out.json() {
         print_json(&json!({ "runs": runs }));
         return Ok(());
@@ -165,19 +152,8 @@ async fn list(
     Ok(())
 }
 
-/// Percent-encodes a query value.
-pub fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (byte as char).to_string(),
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
-}
-
 async fn show(api: &Api, out: Out, run_id: &str) -> Result<(), ClientError> {
-    let run = api.get(&format!("/v1/runs/{run_id}")).await?;
+    let run = api.get(&run_path(run_id)).await?;
     if out.json() {
         print_json(&run);
         return Ok(());
@@ -233,22 +209,21 @@ async fn wait(
     out: Out,
     run_id: &str,
     until: Option<&str>,
-    timeout: Option<f64>,
+    timeout: Option<Duration>,
 ) -> Result<Exit, ClientError> {
     let waiting = wait_for(api, run_id, until);
-    let snapshot = match timeout {
-        Some(seconds) => match tokio::time::timeout(Duration::from_secs_f64(seconds.max(0.0)), waiting).await {
+    let (status, snapshot) = match timeout {
+        Some(limit) => match tokio::time::timeout(limit, waiting).await {
             Ok(result) => result?,
             Err(_) => {
-                let status = api.get(&format!("/v1/runs/{run_id}")).await.map(|run| text(&run, "status"));
+                let status = api.get(&run_path(run_id)).await.map(|run| text(&run, "status"));
                 let status = status.unwrap_or_else(|_| "unknown".to_owned());
-                eprintln!("trellis: run {run_id} still {status} after {seconds}s");
+                eprintln!("trellis: run {run_id} still {status} after {}s", limit.as_secs_f64());
                 return Ok(Exit::Timeout);
             }
         },
         None => waiting.await?,
     };
-    let status = text(&snapshot, "status");
     if out.json() {
         print_json(&snapshot);
     } else {
@@ -257,41 +232,164 @@ async fn wait(
     Ok(Exit::for_status(&status))
 }
 
-/// The snapshot once the condition holds: events from the stream trigger a re-read of the
-/// snapshot; a host whose stream fails is polled instead.
-async fn wait_for(api: &Api, run_id: &str, until: Option<&str>) -> Result<Value, ClientError> {
-    let holds = |snapshot: &Value| {
-        let status = snapshot["status"].as_str().unwrap_or("");
-        is_terminal(status) || until == Some(status)
-    };
-    let snapshot = api.get(&format!("/v1/runs/{run_id}")).await?;
-    if holds(&snapshot) {
-        return Ok(snapshot);
+/// `/v1/runs/{run_id}`.
+fn run_path(run_id: &str) -> String {
+    format!("/v1/runs/{}", encode(run_id))
+}
+
+/// The status the wait ended on and the snapshot read then. The condition is checked on the
+/// snapshot first, then on the status each streamed event puts the run in (so a status the
+/// run only passes through counts); the stream starts after the log's position at the start,
+/// so a status the run had before is not taken for one it reaches. An event that changes the
+/// status in a way it does not name (an interrupt resolved, a node resumed) has the snapshot
+/// read again. A host whose stream is unavailable is polled instead.
+async fn wait_for(api: &Api, run_id: &str, until: Option<&str>) -> Result<(String, Value), ClientError> {
+    let holds = |status: &str| is_terminal(status) || until == Some(status);
+    let position = last_sequence(api, run_id).await?;
+    let snapshot = api.get(&run_path(run_id)).await?;
+    let status = text(&snapshot, "status");
+    if holds(&status) {
+        return Ok((status, snapshot));
     }
-    let mut stream = EventStream::new(api.clone(), run_id, None);
+    let mut stream = EventStream::new(api.clone(), run_id, position);
     loop {
         match stream.next().await {
             Ok(Some(event)) => {
+                if let Some(status) = status_after(&event).filter(|status| holds(status)) {
+                    return Ok((status.to_owned(), get_with_retries(api, &run_path(run_id)).await?));
+                }
                 let kind = event["type"].as_str().unwrap_or("");
-                let relevant = is_terminal_event(kind) || kind.starts_with("run.") || kind.starts_with("interrupt.");
-                if relevant || kind == "node.suspended" || kind == "node.resumed" {
-                    let snapshot = api.get(&format!("/v1/runs/{run_id}")).await?;
-                    if holds(&snapshot) {
-                        return Ok(snapshot);
+                let unnamed = status_after(&event).is_none()
+                    && (kind.starts_with("run.") || kind.starts_with("interrupt.") || kind == "node.resumed");
+                if unnamed {
+                    let snapshot = get_with_retries(api, &run_path(run_id)).await?;
+                    let status = text(&snapshot, "status");
+                    if holds(&status) {
+                        return Ok((status, snapshot));
                     }
                 }
             }
             Ok(None) => break,
-            Err(ClientError::Http { status, .. }) if status != 404 => break,
-            Err(error @ ClientError::Http { .. }) => return Err(error),
+            Err(error @ ClientError::Http { status: 401 | 403 | 404, .. }) => return Err(error),
             Err(_) => break,
         }
     }
+    let mut backoff = Backoff::default();
     loop {
-        let snapshot = api.get(&format!("/v1/runs/{run_id}")).await?;
-        if holds(&snapshot) {
-            return Ok(snapshot);
+        match api.get(&run_path(run_id)).await {
+            Ok(snapshot) => {
+                backoff.reset();
+                let status = text(&snapshot, "status");
+                if holds(&status) {
+                    return Ok((status, snapshot));
+                }
+                tokio::time::sleep(POLL_EVERY).await;
+            }
+            Err(error) => backoff.pause(error).await?,
         }
-        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// `GET path`, repeated with a capped backoff while the host fails transiently.
+async fn get_with_retries(api: &Api, path: &str) -> Result<Value, ClientError> {
+    let mut backoff = Backoff::default();
+    loop {
+        match api.get(path).await {
+            Ok(value) => return Ok(value),
+            Err(error) => backoff.pause(error).await?,
+        }
+    }
+}
+
+/// The sequence of the run's last event so far (`None`: none yet), from the event list.
+async fn last_sequence(api: &Api, run_id: &str) -> Result<Option<u64>, ClientError> {
+    let mut last: Option<u64> = None;
+    loop {
+        let after = last.map_or(-1, |last| last as i64);
+        let page =
+            api.get(&format!("/v1/runs/{}/events?streamMode=debug&lastSequence={after}", encode(run_id))).await?;
+        let events = page["events"].as_array().map(Vec::as_slice).unwrap_or_default();
+        match events.iter().filter_map(|event| event["sequence"].as_u64()).max() {
+            Some(max) if last.is_none_or(|last| max > last) => last = Some(max),
+            _ => return Ok(last),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use axum::http::HeaderMap;
+    use axum::routing::get;
+    use axum::{Json, Router};
+    use serde_json::json;
+
+    use super::*;
+    use crate::client::config::Target;
+
+    /// A run that is pending at the first snapshot, then passes through `running` at once
+    /// into an approval wait: every later snapshot says waiting-approval.
+    async fn host() -> String {
+        let snapshots = Arc::new(AtomicUsize::new(0));
+        let run = move || {
+            let snapshots = snapshots.clone();
+            async move {
+                let status = if snapshots.fetch_add(1, Ordering::SeqCst) == 0 { "pending" } else { "waiting-approval" };
+                Json(json!({"runId": "run-1", "status": status}))
+            }
+        };
+        let events = |headers: HeaderMap| async move {
+            let sse = headers.get("accept").and_then(|value| value.to_str().ok()) == Some("text/event-stream");
+            if !sse {
+                return axum::response::IntoResponse::into_response(Json(json!({"events": []})));
+            }
+            let frames: String = [
+                ("run.started", json!({})),
+                ("node.started", json!({})),
+                ("node.suspended", json!({"kind": "approval"})),
+                ("interrupt.requested", json!({"kind": "approval"})),
+            ]
+            .iter()
+            .enumerate()
+            .map(|(sequence, (kind, payload))| {
+                let event = json!({"sequence": sequence, "type": kind, "nodeId": "gate", "payload": payload});
+                format!("id: {sequence}\nevent: {kind}\ndata: {event}\n\n")
+            })
+            .collect();
+            axum::response::IntoResponse::into_response(frames)
+        };
+        let router = Router::new().route("/v1/runs/run-1", get(run)).route("/v1/runs/run-1/events", get(events));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        url
+    }
+
+    #[tokio::test]
+    async fn wait_until_a_status_the_run_only_passes_through() {
+        let api = Api::new(&Target { url: host().await, key: Some("k".into()), ca_cert: None }).unwrap();
+        // A guard only: the wait ends at the first event.
+        let waited = tokio::time::timeout(Duration::from_secs(30), wait_for(&api, "run-1", Some("running"))).await;
+        let (status, snapshot) = waited.expect("the wait ended").unwrap();
+        assert_eq!(status, "running");
+        assert_eq!(Exit::for_status(&status), Exit::Success);
+        // The snapshot read then: the run has moved on.
+        assert_eq!(snapshot["status"], "waiting-approval");
+    }
+
+    #[test]
+    fn events_name_the_status_they_put_the_run_in() {
+        let event = |kind: &str, payload: Value| json!({"type": kind, "payload": payload});
+        assert_eq!(status_after(&event("run.started", json!({}))), Some("running"));
+        assert_eq!(status_after(&event("run.paused", json!({}))), Some("paused"));
+        assert_eq!(status_after(&event("node.suspended", json!({"kind": "clarification"}))), Some("waiting-input"));
+        assert_eq!(
+            status_after(&event("interrupt.requested", json!({"kind": "external-event"}))),
+            Some("waiting-external")
+        );
+        assert_eq!(status_after(&event("run.cancelled", json!({}))), Some("cancelled"));
+        assert_eq!(status_after(&event("node.completed", json!({}))), None);
     }
 }

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::events::{error_text, seconds, EventStream};
 use super::exit::{is_terminal, ClientError, Exit};
-use super::http::Api;
+use super::http::{encode, Api};
 use super::interrupts::answer_command;
 use super::output::{clock, print_json_line, say, text, Out};
 
@@ -83,14 +83,10 @@ pub struct Watch {
     pub final_duration_ms: Option<u64>,
 }
 
+/// The waiting status a suspended node shows (the engine's mapping; input for a kind it
+/// does not know).
 fn waiting_status(kind: &str) -> String {
-    match kind {
-        "approval" => "waiting-approval".to_owned(),
-        kind if kind.contains("external") || kind.contains("webhook") || kind.contains("callback") => {
-            "waiting-external".to_owned()
-        }
-        _ => "waiting-input".to_owned(),
-    }
+    super::events::waiting_status(kind).unwrap_or("waiting-input").to_owned()
 }
 
 impl Watch {
@@ -223,9 +219,9 @@ fn follow(api: &Api, run_id: &str, sender: mpsc::UnboundedSender<(String, Result
 
 /// Watches `run_id` to its end; the exit code of its final status.
 pub async fn watch(api: &Api, out: Out, run_id: &str) -> Result<Exit, ClientError> {
-    let run = api.get(&format!("/v1/runs/{run_id}")).await?;
+    let run = api.get(&format!("/v1/runs/{}", encode(run_id))).await?;
     let workflow_id = text(&run, "workflowId");
-    let total = match api.get(&format!("/v1/workflows/{workflow_id}")).await {
+    let total = match api.get(&format!("/v1/workflows/{}", encode(&workflow_id))).await {
         Ok(definition) => definition["nodes"].as_array().map_or(0, Vec::len),
         Err(_) => 0,
     };
@@ -237,18 +233,19 @@ pub async fn watch(api: &Api, out: Out, run_id: &str) -> Result<Exit, ClientErro
     let mut state = Watch::new(run_id);
     let (sender, mut receiver) = mpsc::unbounded_channel();
     follow(api, run_id, sender.clone());
-    // Streams still open (the root's and its followed children's); once the root ended, the
-    // children's last events are read for a short while at most.
+    // Streams still open (the root's and its followed children's). Once the root ended, each
+    // child's stream is read to its own end (its terminal event: a child of an ended parent
+    // has ended, or ends soon), however loaded the machine; CHILD_DRAIN only bounds a child
+    // that never ends.
     let mut open = 1usize;
-    let mut root_done = false;
+    let mut drain_until: Option<tokio::time::Instant> = None;
     while open > 0 {
-        let next = if root_done {
-            match tokio::time::timeout(CHILD_DRAIN, receiver.recv()).await {
+        let next = match drain_until {
+            Some(deadline) => match tokio::time::timeout_at(deadline, receiver.recv()).await {
                 Ok(next) => next,
                 Err(_) => break,
-            }
-        } else {
-            receiver.recv().await
+            },
+            None => receiver.recv().await,
         };
         let Some((source, item)) = next else { break };
         match item {
@@ -267,13 +264,15 @@ pub async fn watch(api: &Api, out: Out, run_id: &str) -> Result<Exit, ClientErro
             // A stream ended (a child's may fail: the parent's events still tell its outcome).
             Ok(None) | Err(_) => {
                 open -= 1;
-                root_done |= source == run_id;
+                if source == run_id {
+                    drain_until = Some(tokio::time::Instant::now() + CHILD_DRAIN);
+                }
             }
         }
     }
     let status = match state.final_status.clone() {
         Some(status) => status,
-        None => text(&api.get(&format!("/v1/runs/{run_id}")).await?, "status"),
+        None => text(&api.get(&format!("/v1/runs/{}", encode(run_id))).await?, "status"),
     };
     view.finish(run_id, &status, state.final_duration_ms);
     Ok(Exit::for_status(&status))
@@ -333,8 +332,9 @@ struct Live {
 
 /// The spinners' tick.
 const TICK: Duration = Duration::from_millis(100);
-/// How long the child streams may still bring events after the root run ended.
-const CHILD_DRAIN: Duration = Duration::from_secs(2);
+/// How long, at most, the child streams are still read after the root run ended (a guard
+/// against a child that never ends, not a time to wait: a child's stream ends with it).
+const CHILD_DRAIN: Duration = Duration::from_secs(30);
 
 fn style(template: &str) -> ProgressStyle {
     ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner())
