@@ -19,6 +19,12 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 
 bash scripts/emulators.sh install
+# Headless Chromium and its WebDriver server for the run viewer's browser tests (tests/e2e_ui.rs),
+# Debian's packages, installed before the tests' network namespace; no test tool downloads a browser.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    echo "test.sh: installing chromium and chromium-driver for the browser tests"
+    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 bash scripts/lint-infra.sh
 
 # The public Python SDK (protocol v2) for tests/e2e_sdk.rs, installed before the tests'

@@ -3,7 +3,10 @@
 //! `OPENWOP_REFERENCE_DIR` points at them.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod aws_local;
+pub mod browser;
 pub mod client;
+pub mod ui;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
