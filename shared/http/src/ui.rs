@@ -3,8 +3,9 @@
 //! and the serverless API function, under its stage, serve the same page).
 //!
 //! The assets hold no data, so these routes take no API key; every data request the page makes
-//! carries the key itself (`Authorization: Bearer`). They are `GET`s only, so the idempotency
-//! layer never claims them. Every answer carries a strict Content-Security-Policy (no inline
+//! carries the key itself (`Authorization: Bearer`). The router merges them outside the
+//! idempotency layer, so no request to them (not even a refused `POST` with an
+//! `Idempotency-Key`) claims a key. Every answer carries a strict Content-Security-Policy (no inline
 //! script or style, connections to this origin only), `nosniff`, `no-referrer` and `no-cache`.
 
 use axum::extract::Path;
