@@ -54,6 +54,12 @@ async function failure(response) {
   return error;
 }
 
+/** An error as text: the envelope's message, then its details when it has any. */
+export function describe(error) {
+  const details = error instanceof ApiError && error.details ? ` (${JSON.stringify(error.details)})` : '';
+  return `${error.message}${details}`;
+}
+
 /** `method path` with an optional JSON body; resolves to the parsed JSON answer. */
 export async function call(method, path, body, signal) {
   const init = { method, headers: headers(body === undefined ? {} : { 'Content-Type': 'application/json' }), signal };

@@ -19,8 +19,12 @@ function field(name, schema, required) {
   let input;
   let read;
   if (Array.isArray(schema.enum)) {
-    input = el('select', common, required ? null : el('option', { value: '', text: '—' }), schema.enum.map((option, at) => el('option', { value: String(at), text: typeof option === 'string' ? option : JSON.stringify(option) })));
-    read = () => (input.value === '' ? undefined : schema.enum[Number(input.value)]);
+    const shown = (option) => (typeof option === 'string' ? option : JSON.stringify(option));
+    input = el('select', common, required ? null : el('option', { value: '', text: '—' }), schema.enum.map((option) => el('option', { value: shown(option), text: shown(option) })));
+    read = () => {
+      const at = input.selectedIndex - (required ? 0 : 1);
+      return at < 0 ? undefined : schema.enum[at];
+    };
   } else if (schema.type === 'string') {
     input = el('input', { ...common, type: 'text' });
     read = () => (input.value === '' && !required ? undefined : input.value);
@@ -68,7 +72,15 @@ export function interruptForm(interrupt, submit) {
   if (kind === 'approval') {
     const comment = el('textarea', { id: 'interrupt-comment', rows: 2, placeholder: 'Comment (optional)' });
     form.appendChild(el('label', { class: 'field' }, el('span', { text: 'Comment' }), comment));
-    collect = (action) => (comment.value.trim() ? { action, comment: comment.value } : { action });
+    // A quorum counts one vote per voter: let the approver name themselves.
+    const voter = Number(data.requiredApprovals) > 1 ? el('input', { id: 'interrupt-voter', type: 'text', autocomplete: 'off' }) : null;
+    if (voter) form.appendChild(el('label', { class: 'field' }, el('span', { text: `Voter (${data.requiredApprovals} approvals needed)` }), voter));
+    collect = (action) => {
+      const value = { action };
+      if (comment.value.trim()) value.comment = comment.value;
+      if (voter && voter.value.trim()) value.voter = voter.value.trim();
+      return value;
+    };
     for (const action of ['accept', 'reject']) {
       buttons.appendChild(el('button', { type: 'submit', 'data-action': action, value: action, class: action, text: action === 'accept' ? 'Accept' : 'Reject' }));
     }

@@ -64,6 +64,8 @@ export function draw(definition) {
   const root = svg('svg', {
     id: 'graph',
     viewBox: `0 0 ${width} ${height}`,
+    width,
+    height,
     role: 'img',
     'aria-label': `workflow ${definition?.id ?? ''}`,
   });

@@ -1,6 +1,6 @@
 // #/workflows: the registered workflows; #/workflows/ID: its graph and a form to start a run.
 
-import { get, post, query } from '../api.js';
+import { describe, get, post, query } from '../api.js';
 import { el, pretty } from '../dom.js';
 import { draw } from '../graph.js';
 import { go, runHref, workflowHref } from '../router.js';
@@ -88,7 +88,7 @@ export function workflowPage(root, id) {
       const run = await post('/v1/runs', { workflowId: id, inputs: value }, control.signal);
       go(runHref(run.runId));
     } catch (problem) {
-      if (!control.signal.aborted) startError.textContent = problem.message;
+      if (!control.signal.aborted) startError.textContent = describe(problem);
     } finally {
       button.disabled = false;
     }
