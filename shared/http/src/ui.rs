@@ -114,6 +114,29 @@ mod tests {
         assert!(total <= BUDGET_BYTES, "the /ui assets weigh {total} bytes, over {BUDGET_BYTES}");
     }
 
+    /// The files under `dir` (relative to `shared/http/ui/`), recursively.
+    fn files_under(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                files_under(root, &path, out);
+            } else {
+                out.push(path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+
+    #[test]
+    fn every_file_of_the_ui_folder_is_in_the_table() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ui");
+        let mut files = Vec::new();
+        files_under(&root, &root, &mut files);
+        files.sort();
+        let mut listed: Vec<String> = ASSETS.iter().map(|asset| asset.path.to_owned()).collect();
+        listed.sort();
+        assert_eq!(files, listed, "shared/http/ui and the embedded table differ");
+    }
+
     #[test]
     fn every_asset_has_the_content_type_of_its_extension() {
         for asset in ASSETS {
