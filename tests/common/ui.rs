@@ -30,7 +30,8 @@ impl UiTarget {
         format!("{}/ui/", self.base)
     }
 
-    async fn request(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    /// `METHOD BASE+PATH` with the key and an optional JSON body: the status and the JSON answer.
+    pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
         let mut request = reqwest::Client::new().request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
         if let Some(body) = body {
             request = request.json(&body);
@@ -304,6 +305,176 @@ pub async fn csp(browser: &Browser, target: &UiTarget) {
     );
 }
 
+/// A run's row in the runs list follows its status live: answered over HTTP while the list is
+/// open, the row turns `completed` without a reload.
+pub async fn runs_live(browser: &Browser, target: &UiTarget) {
+    let workflow = format!("ui-live-{}", unique());
+    target.register(&gated_workflow(&workflow)).await;
+    let run_id = target.start_run(&workflow, json!({})).await;
+    route(browser, "#/runs").await;
+    let status = format!("table#runs tr[data-run-id=\"{run_id}\"] td[data-field=status]");
+    let waiting =
+        format!("const e = document.querySelector('{status}'); return e && e.textContent.includes('waiting');");
+    browser.wait_until(&waiting, "the new run's row reads waiting").await;
+    browser.js("window.__marker = 2;", Vec::new()).await;
+    let path = format!("/v1/runs/{run_id}/interrupts/gate");
+    let (answered, body) =
+        target.request(reqwest::Method::POST, &path, Some(json!({"resumeValue": {"action": "accept"}}))).await;
+    assert_eq!(answered, 200, "accepted over HTTP: {body}");
+    let completed =
+        format!("const e = document.querySelector('{status}'); return e && e.textContent.includes('completed');");
+    browser.wait_until(&completed, "the row turns completed").await;
+    assert_eq!(browser.js("return window.__marker;", Vec::new()).await, 2, "the list was not reloaded");
+    // Deep links survive a reload: the key is still in sessionStorage, the hash names the run.
+    browser.goto(&format!("{}#/runs/{run_id}", target.page())).await;
+    browser
+        .wait_for(&format!("section#run-page[data-run-id=\"{run_id}\"][data-status=completed]"), "the run page")
+        .await;
+    browser
+        .wait_until(
+            "const e = document.querySelector('#live'); return e && e.dataset.state === 'ended';",
+            "#live ended",
+        )
+        .await;
+}
+
+/// A `custom` interrupt with a resume schema: the form has one field per property of the
+/// matching kind, the server's refusal shows in `#interrupt-error`, a good answer resumes the
+/// run with typed values. The start form shows a bad JSON and the server's refusal in
+/// `#start-error`.
+pub async fn answer_form(browser: &Browser, target: &UiTarget) {
+    let workflow = format!("ui-answer-{}", unique());
+    let schema = json!({
+        "type": "object",
+        "required": ["reviewer", "score"],
+        "properties": {
+            "reviewer": {"type": "string"},
+            "score": {"type": "integer"},
+            "ship": {"type": "boolean"},
+            "tier": {"type": "string", "enum": ["gold", "silver"]},
+            "extra": {"type": "object", "required": ["ticket"]}
+        }
+    });
+    target
+        .register(&json!({
+            "id": workflow, "name": "UI answer flow", "version": "1",
+            "variables": [{"name": "who", "type": "string", "required": true}],
+            "nodes": [
+                {"id": "ask", "typeId": "core.interrupt",
+                 "config": {"kind": "custom", "data": {"customKind": "review"}, "resumeSchema": schema}},
+                {"id": "done", "typeId": "core.noop"}
+            ],
+            "edges": [{"id": "ask-done", "sourceNodeId": "ask", "targetNodeId": "done"}]
+        }))
+        .await;
+
+    route(browser, &format!("#/workflows/{workflow}")).await;
+    let inputs = browser.wait_for("form#start-run textarea#start-inputs", "the start form").await;
+    let submit = browser.wait_for("form#start-run [type=submit]", "the start button").await;
+    inputs.clear().await.expect("cleared");
+    inputs.send_keys("{not json").await.expect("typed");
+    submit.click().await.expect("submitted");
+    browser
+        .wait_until("const e = document.querySelector('#start-error'); return e && e.textContent.trim();", "a bad JSON")
+        .await;
+    inputs.clear().await.expect("cleared");
+    inputs.send_keys("{}").await.expect("typed");
+    let body = json!({"workflowId": workflow, "inputs": {}});
+    let (status, envelope) = target.request(reqwest::Method::POST, "/v1/runs", Some(body)).await;
+    assert_eq!(status, 400, "a missing required variable is refused: {envelope}");
+    let message = envelope["message"].as_str().expect("the envelope's message").to_owned();
+    submit.click().await.expect("submitted");
+    let script = format!(
+        "const e = document.querySelector('#start-error'); return e && e.textContent.includes({}) ? e.textContent : null;",
+        json!(message)
+    );
+    let refused = browser.wait_until(&script, "the envelope's message in #start-error").await;
+    eprintln!("ui: the start form shows: {refused}");
+    assert!(browser.exists("section#workflow-page").await, "a refused start stays on the workflow page");
+    browser.screenshot(&target.shot("12-start-error")).await;
+
+    let run_id = target.start_run(&workflow, json!({"who": "ui"})).await;
+    route(browser, &format!("#/runs/{run_id}")).await;
+    let form = "form#interrupt[data-node-id=ask][data-kind=custom]";
+    browser.wait_for(form, "the resume form").await;
+    let kinds = browser
+        .js(
+            "const f = (n) => document.querySelector('form#interrupt [data-field=\"' + n + '\"]');
+             const d = (e) => e ? e.tagName.toLowerCase() + (e.type ? ':' + e.type : '') : null;
+             return {reviewer: d(f('reviewer')), score: d(f('score')), ship: d(f('ship')), tier: d(f('tier')),
+                     extra: d(f('extra')), required: !!(f('reviewer') && (f('reviewer').required || f('reviewer').getAttribute('aria-required') === 'true'))};",
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(
+        kinds,
+        json!({"reviewer": "input:text", "score": "input:number", "ship": "input:checkbox",
+               "tier": "select:select-one", "extra": "textarea:textarea", "required": true}),
+        "one field per property, by type"
+    );
+    let field = |name: &str| format!("form#interrupt [data-field={name}]");
+    browser.wait_for(&field("reviewer"), "reviewer").await.send_keys("Ada").await.expect("typed");
+    let score = browser.wait_for(&field("score"), "score").await;
+    score.clear().await.expect("cleared");
+    score.send_keys("4").await.expect("typed");
+    browser.wait_for(&field("ship"), "ship").await.click().await.expect("ticked");
+    // Options are chosen by their text (the contract fixes no value attribute).
+    let silver = "//form[@id='interrupt']//select[@data-field='tier']/option[normalize-space(.)='silver']";
+    let option = browser.client.find(fantoccini::Locator::XPath(silver)).await.expect("the option silver");
+    option.click().await.expect("chosen");
+    let extra = browser.wait_for(&field("extra"), "extra").await;
+    extra.clear().await.expect("cleared");
+    extra.send_keys(r#"{"note": 1}"#).await.expect("typed");
+    browser.screenshot(&target.shot("13-answer-form")).await;
+    browser
+        .wait_for("form#interrupt button[data-action=answer]", "the answer button")
+        .await
+        .click()
+        .await
+        .expect("answered");
+    let refused = browser
+        .wait_until(
+            "const e = document.querySelector('#interrupt-error'); return e && e.textContent.trim();",
+            "the server's refusal",
+        )
+        .await;
+    eprintln!("ui: the resume form shows: {refused}");
+    browser.screenshot(&target.shot("14-answer-refused")).await;
+    let extra = browser.wait_for(&field("extra"), "extra").await;
+    extra.clear().await.expect("cleared");
+    extra.send_keys(r#"{"ticket": "T-1"}"#).await.expect("typed");
+    browser
+        .wait_for("form#interrupt button[data-action=answer]", "the answer button")
+        .await
+        .click()
+        .await
+        .expect("answered");
+    browser
+        .wait_for(
+            &format!("section#run-page[data-run-id=\"{run_id}\"][data-status=completed]"),
+            "the answered run completes",
+        )
+        .await;
+    browser.screenshot(&target.shot("15-answered")).await;
+    let path = format!("/v1/runs/{run_id}/events?streamMode=debug");
+    let events = reqwest::Client::new()
+        .get(format!("{}{path}", target.base))
+        .bearer_auth(&target.key)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .expect("events")
+        .json::<Value>()
+        .await
+        .expect("a JSON list");
+    let resolved =
+        events["events"].as_array().into_iter().flatten().find(|event| event["type"] == "interrupt.resolved");
+    let resolved = resolved.map(Value::to_string).unwrap_or_default();
+    for typed in [r#""reviewer":"Ada""#, r#""score":4"#, r#""ship":true"#, r#""tier":"silver""#, r#""ticket":"T-1""#] {
+        assert!(resolved.contains(typed), "the answer carries {typed}: {resolved}");
+    }
+}
+
 /// "Sign out" forgets the key and shows the sign-in form again.
 pub async fn sign_out(browser: &Browser, target: &UiTarget) {
     browser.wait_for("nav#nav button#sign-out", "the sign-out button").await.click().await.expect("signed out");
@@ -320,5 +491,7 @@ pub async fn all(browser: &Browser, target: &UiTarget) {
     let (workflow, run_id) = approval_run(browser, target).await;
     lists(browser, target, &workflow, &run_id).await;
     xss(browser, target).await;
+    runs_live(browser, target).await;
+    answer_form(browser, target).await;
     sign_out(browser, target).await;
 }
