@@ -169,6 +169,22 @@ impl Browser {
         }
     }
 
+    /// Clicks the element matching `css` once it is there, finding it again if the page
+    /// redrew it in between (a stale reference), within [`WAIT`].
+    pub async fn click(&self, css: &str, what: &str) {
+        let started = Instant::now();
+        loop {
+            let element = self.wait_for(css, what).await;
+            match element.click().await {
+                Ok(()) => return,
+                Err(error) if started.elapsed() < WAIT && error.to_string().contains("stale element") => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(error) => panic!("{what}: clicking `{css}` failed: {error}"),
+            }
+        }
+    }
+
     /// Waits (at most [`WAIT`]) until `script` (a function body) returns a truthy value; returns it.
     pub async fn wait_until(&self, script: &str, what: &str) -> Value {
         let started = Instant::now();

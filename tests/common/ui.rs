@@ -108,7 +108,7 @@ pub async fn sign_in(browser: &Browser, target: &UiTarget) {
     // A wrong key: the host's 401 brings the sign-in form back with the server's message.
     let field = browser.wait_for("form#sign-in input#key", "the key field").await;
     field.send_keys("not-the-key").await.expect("a wrong key is typed");
-    browser.wait_for("form#sign-in button[type=submit]", "the sign-in button").await.click().await.expect("submitted");
+    browser.click("form#sign-in button[type=submit]", "the sign-in button").await;
     let refused = browser
         .wait_until(
             "const e = document.querySelector('form#sign-in #sign-in-error') || document.querySelector('#sign-in-error');
@@ -121,7 +121,7 @@ pub async fn sign_in(browser: &Browser, target: &UiTarget) {
     let field = browser.wait_for("form#sign-in input#key", "the key field").await;
     field.clear().await.expect("the key field is cleared");
     field.send_keys(&target.key).await.expect("the key is typed");
-    browser.wait_for("form#sign-in button[type=submit]", "the sign-in button").await.click().await.expect("signed in");
+    browser.click("form#sign-in button[type=submit]", "the sign-in button").await;
     browser.wait_for("nav#nav a[data-nav=runs]", "the nav after sign-in").await;
     browser.wait_for("nav#nav a[data-nav=workflows]", "the nav after sign-in").await;
     browser.wait_for("nav#nav button#sign-out", "the sign-out button").await;
@@ -163,8 +163,11 @@ pub async fn approval_run(browser: &Browser, target: &UiTarget) -> (String, Stri
     let run_id = hash.as_str().unwrap().trim_start_matches("#/runs/").to_owned();
     let page = format!("section#run-page[data-run-id=\"{run_id}\"]");
     browser.wait_for(&page, "the run page").await;
-    let before = browser.text_of("svg#graph g.node[data-node-id=wait]").await;
-    assert!(before.is_some_and(|text| text.contains("wait")), "each node shows its id");
+    browser.wait_for(&format!("{page} svg#graph g.node[data-node-id=done]"), "the run's graph").await;
+    for node in ["wait", "gate", "done"] {
+        let text = browser.text_of(&format!("svg#graph g.node[data-node-id={node}]")).await;
+        assert!(text.is_some_and(|text| text.contains(node)), "node {node} shows its id");
+    }
     let state =
         browser.js("return document.querySelector('g.node[data-node-id=wait]').dataset.state;", Vec::new()).await;
     eprintln!("ui: the delay node was {state} when the run page drew it");
@@ -177,8 +180,7 @@ pub async fn approval_run(browser: &Browser, target: &UiTarget) -> (String, Stri
     assert!(browser.exists("ol#timeline li[data-type]").await, "the timeline lists events");
     browser.screenshot(&target.shot("4-waiting")).await;
 
-    let accept = browser.wait_for("form#interrupt button[data-action=accept]", "the accept button").await;
-    accept.click().await.expect("accepted");
+    browser.click("form#interrupt button[data-action=accept]", "the accept button").await;
     browser.wait_for(&format!("{page}[data-status=completed]"), "the run turns completed").await;
     browser.wait_for("svg#graph g.node[data-node-id=done][data-state=completed]", "the last node completes").await;
     browser.wait_for("ol#timeline li[data-type=\"run.completed\"]", "the terminal event in the timeline").await;
@@ -426,12 +428,7 @@ pub async fn answer_form(browser: &Browser, target: &UiTarget) {
     extra.clear().await.expect("cleared");
     extra.send_keys(r#"{"note": 1}"#).await.expect("typed");
     browser.screenshot(&target.shot("13-answer-form")).await;
-    browser
-        .wait_for("form#interrupt button[data-action=answer]", "the answer button")
-        .await
-        .click()
-        .await
-        .expect("answered");
+    browser.click("form#interrupt button[data-action=answer]", "the answer button").await;
     let refused = browser
         .wait_until(
             "const e = document.querySelector('#interrupt-error'); return e && e.textContent.trim();",
@@ -443,12 +440,7 @@ pub async fn answer_form(browser: &Browser, target: &UiTarget) {
     let extra = browser.wait_for(&field("extra"), "extra").await;
     extra.clear().await.expect("cleared");
     extra.send_keys(r#"{"ticket": "T-1"}"#).await.expect("typed");
-    browser
-        .wait_for("form#interrupt button[data-action=answer]", "the answer button")
-        .await
-        .click()
-        .await
-        .expect("answered");
+    browser.click("form#interrupt button[data-action=answer]", "the answer button").await;
     browser
         .wait_for(
             &format!("section#run-page[data-run-id=\"{run_id}\"][data-status=completed]"),
@@ -475,9 +467,40 @@ pub async fn answer_form(browser: &Browser, target: &UiTarget) {
     }
 }
 
+/// A parent run lists its child run as `a.child-run`, which opens the child's page.
+pub async fn child_runs(browser: &Browser, target: &UiTarget) {
+    let child = format!("ui-child-{}", unique());
+    let parent = format!("ui-parent-{}", unique());
+    target
+        .register(&json!({"id": child, "name": "UI child", "version": "1",
+            "nodes": [{"id": "inner", "typeId": "core.noop"}]}))
+        .await;
+    target
+        .register(&json!({"id": parent, "name": "UI parent", "version": "1",
+            "nodes": [{"id": "call", "typeId": "core.subWorkflow", "config": {"workflowId": child}},
+                      {"id": "after", "typeId": "core.noop"}],
+            "edges": [{"id": "call-after", "sourceNodeId": "call", "targetNodeId": "after"}]}))
+        .await;
+    let run_id = target.start_run(&parent, json!({})).await;
+    route(browser, &format!("#/runs/{run_id}")).await;
+    browser
+        .wait_for(&format!("section#run-page[data-run-id=\"{run_id}\"][data-status=completed]"), "the parent completes")
+        .await;
+    browser.wait_for("a.child-run[data-run-id]", "the child run's link").await;
+    let child_id = browser.js("return document.querySelector('a.child-run').dataset.runId;", Vec::new()).await;
+    let child_id = child_id.as_str().expect("a child run id").to_owned();
+    let snapshot = target.snapshot(&run_id).await;
+    let listed = snapshot["childRuns"].as_array().into_iter().flatten().any(|c| c["runId"] == child_id.as_str());
+    assert!(listed, "the link names the parent's child run: {child_id} in {snapshot}");
+    browser.screenshot(&target.shot("16-parent")).await;
+    browser.click(&format!("a.child-run[data-run-id=\"{child_id}\"]"), "the child run's link").await;
+    browser.wait_for(&format!("section#run-page[data-run-id=\"{child_id}\"]"), "the child's run page").await;
+    browser.wait_for("svg#graph g.node[data-node-id=inner][data-state=completed]", "the child's graph").await;
+}
+
 /// "Sign out" forgets the key and shows the sign-in form again.
 pub async fn sign_out(browser: &Browser, target: &UiTarget) {
-    browser.wait_for("nav#nav button#sign-out", "the sign-out button").await.click().await.expect("signed out");
+    browser.click("nav#nav button#sign-out", "the sign-out button").await;
     browser.wait_for("form#sign-in input#key", "the sign-in form after signing out").await;
     let stored = browser.js("return sessionStorage.getItem('trellis.key');", Vec::new()).await;
     assert_eq!(stored, Value::Null, "signing out clears the key");
@@ -493,5 +516,6 @@ pub async fn all(browser: &Browser, target: &UiTarget) {
     xss(browser, target).await;
     runs_live(browser, target).await;
     answer_form(browser, target).await;
+    child_runs(browser, target).await;
     sign_out(browser, target).await;
 }
