@@ -178,6 +178,12 @@ pub async fn approval_run(browser: &Browser, target: &UiTarget) -> (String, Stri
     browser.wait_for("form#interrupt[data-node-id=gate]", "the approval form").await;
     assert_eq!(browser.js("return window.__marker;", Vec::new()).await, 1, "the page was not reloaded");
     assert!(browser.exists("ol#timeline li[data-type]").await, "the timeline lists events");
+    browser
+        .wait_until(
+            "const e = document.querySelector('#live'); return e && ['streaming', 'polling'].includes(e.dataset.state);",
+            "#live follows the events while the run is open",
+        )
+        .await;
     browser.screenshot(&target.shot("4-waiting")).await;
 
     browser.click("form#interrupt button[data-action=accept]", "the accept button").await;
