@@ -59,7 +59,7 @@ async fn serve(args: &ServeArgs, process: &ProcessArgs) -> ExitCode {
     if let Some(key) = &host.dev_key {
         println!("development API key (Authorization: Bearer …): {key}");
     }
-    wait_for_signal().await;
+    trellis_http::shutdown::signal().await;
     host.stop().await;
     ExitCode::SUCCESS
 }
@@ -73,21 +73,6 @@ fn hash_key() -> ExitCode {
 fn fail(message: &str) -> ExitCode {
     eprintln!("trellis: {message}");
     ExitCode::FAILURE
-}
-
-async fn wait_for_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }
 
 #[cfg(test)]

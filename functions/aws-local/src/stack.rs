@@ -222,7 +222,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         Ok(running) => running,
         Err(error) => return fail(&error.to_string()),
     };
-    wait_for_signal().await;
+    trellis_http::shutdown::signal().await;
     info!("stopping");
     let _ = running.shutdown.send(true);
     let _ = (&mut running.server).await;
@@ -231,21 +231,6 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         running.workers.abort_all();
     }
     ExitCode::SUCCESS
-}
-
-async fn wait_for_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod idempotency;
 mod links;
 mod render;
 mod routes;
+pub mod shutdown;
 mod ui;
 pub mod v2;
 
