@@ -23,7 +23,7 @@ bash scripts/emulators.sh install
 # Debian's packages, installed before the tests' network namespace; no test tool downloads a browser.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     echo "test.sh: installing chromium and chromium-driver for the browser tests"
-    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
 fi
 bash scripts/lint-infra.sh
 

@@ -20,9 +20,12 @@ function field(name, schema, required) {
   let read;
   if (Array.isArray(schema.enum)) {
     const shown = (option) => (typeof option === 'string' ? option : JSON.stringify(option));
-    input = el('select', common, required ? null : el('option', { value: '', text: '—' }), schema.enum.map((option) => el('option', { value: shown(option), text: shown(option) })));
+    // Always a leading blank: a required choice is never answered by a value nobody picked
+    // (the server refuses the missing field instead).
+    const blank = el('option', { value: '', text: '—', disabled: required || undefined, selected: true });
+    input = el('select', common, blank, schema.enum.map((option) => el('option', { value: shown(option), text: shown(option) })));
     read = () => {
-      const at = input.selectedIndex - (required ? 0 : 1);
+      const at = input.selectedIndex - 1;
       return at < 0 ? undefined : schema.enum[at];
     };
   } else if (schema.type === 'string') {
@@ -74,6 +77,10 @@ export function interruptForm(interrupt, submit) {
     form.appendChild(el('label', { class: 'field' }, el('span', { text: 'Comment' }), comment));
     // A quorum counts one vote per voter: let the approver name themselves.
     const voter = Number(data.requiredApprovals) > 1 ? el('input', { id: 'interrupt-voter', type: 'text', autocomplete: 'off' }) : null;
+    // Enter in the voter field must not submit: the form's first submit button is Accept.
+    voter?.addEventListener('keydown', (event) => {
+      if (event.key === 'Enter') event.preventDefault();
+    });
     if (voter) form.appendChild(el('label', { class: 'field' }, el('span', { text: `Voter (${data.requiredApprovals} approvals needed)` }), voter));
     collect = (action) => {
       const value = { action };

@@ -2,7 +2,12 @@
 
 /** The current route: {page: 'runs'|'run'|'workflows'|'workflow', id?}. */
 export function current() {
-  const parts = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  let parts;
+  try {
+    parts = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  } catch {
+    return { page: 'runs' }; // a malformed escape (#/runs/%E0): the default page
+  }
   if (parts[0] === 'workflows') return parts[1] ? { page: 'workflow', id: parts[1] } : { page: 'workflows' };
   if (parts[0] === 'runs' && parts[1]) return { page: 'run', id: parts[1] };
   return { page: 'runs' };
