@@ -2,10 +2,8 @@
 //! AWS stack (tests/e2e_client_aws.rs, tests/e2e_ui.rs): the API, dispatcher and completion
 //! functions over DynamoDB Local and moto's SQS, behind a local API Gateway stage `/v`.
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 
 use super::client::GUARD;
 
@@ -40,24 +38,7 @@ impl Local {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("trellis-aws-local starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let (lines, received) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = lines.send(line);
-            }
-        });
-        let url = loop {
-            let Ok(line) = received.recv_timeout(GUARD * 4) else { break None };
-            if let Some(url) = line.strip_prefix("trellis-aws-local listening on ") {
-                break Some(url.trim().to_owned());
-            }
-        };
-        let Some(url) = url else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("trellis-aws-local did not print `trellis-aws-local listening on http://ADDR/v`");
-        };
+        let url = trellis_testkit::process::announced_url(&mut child, "trellis-aws-local listening on ", GUARD * 4);
         assert!(url.ends_with("/v"), "the stage URL: {url}");
         Self { child, url }
     }

@@ -5,10 +5,8 @@
 //! external worker's notify carries links under the stack's own address and stage (the
 //! default `TRELLIS_PUBLIC_URL`), and its `resolveUrl` completes the node.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -44,23 +42,11 @@ impl Local {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the binary starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let (lines, received) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = lines.send(line);
-            }
-        });
-        let base = loop {
-            let Ok(line) = received.recv_timeout(HANG_GUARD) else { break None };
-            if let Some(address) = line.strip_prefix("trellis-aws-local listening on ") {
-                break address.strip_suffix("/v").map(str::to_owned);
-            }
-        };
-        let Some(base) = base else {
+        let url = trellis_testkit::process::announced_url(&mut child, "trellis-aws-local listening on ", HANG_GUARD);
+        let Some(base) = url.strip_suffix("/v").map(str::to_owned) else {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("the binary did not print `trellis-aws-local listening on http://ADDR/v`");
+            panic!("the stage URL ends in /v: {url}");
         };
         Self { child, base }
     }
