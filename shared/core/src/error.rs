@@ -27,9 +27,11 @@ pub enum DefinitionError {
         /// The node id it names.
         node_id: String,
     },
-    /// A cycle that does not pass through a `core.orchestrator.supervisor` node.
+    /// A cycle not closed by a loop edge (into a `core.orchestrator.supervisor` node) or a
+    /// back-edge (an edge with a condition to an earlier node).
     #[error(
-        "the graph has a cycle through nodes {nodes:?}; only edges into a core.orchestrator.supervisor node may loop"
+        "the graph has a cycle through nodes {nodes:?}; only edges into a core.orchestrator.supervisor node, or an edge \
+         with a condition back to an earlier node, may loop"
     )]
     Cycle {
         /// Nodes on (or behind) the cycle.

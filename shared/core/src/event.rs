@@ -75,6 +75,9 @@ pub mod types {
     pub const AGENT_HANDOFF: &str = "agent.handoff";
     /// An agent's typed decision, with its confidence.
     pub const AGENT_DECIDED: &str = "agent.decided";
+    /// A back-edge would re-enter its target more than `settings.maxLoopbackIterations`
+    /// times: `{nodeId, iterations, limit}`; the edge's source fails.
+    pub const WORKFLOW_LOOPBACK_LIMIT: &str = "workflow.loopback-limit";
 
     /// Whether `event_type` ends a run.
     pub fn is_terminal(event_type: &str) -> bool {

@@ -119,6 +119,67 @@ pub struct NodeState {
     /// An activity node's current attempt (zero-based) and the request its attempts send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activity: Option<ActivityProgress>,
+    /// A node fanning out to child runs in parallel (`core.dispatch` with `fanOutPolicy:
+    /// parallel`, `vendor.trellis.forEach`): its counters. Each child has a record of its own
+    /// (a *slot*, keyed [`slot_key`]) while the fan-out runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_out: Option<FanOutProgress>,
+    /// A slot's place in its fan-out's merge order (the order its children ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<u32>,
+    /// Why a slot's child did not complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// How many times a back-edge re-entered this node in the run (kept across the reset
+    /// each re-entry makes; bounded by `settings.maxLoopbackIterations`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub loopbacks: u32,
+}
+
+/// The separator of a fan-out slot's key: `<nodeId>#<index>` (node ids may not contain it).
+pub const SLOT_SEPARATOR: char = '#';
+
+/// The key of slot `index` of `node_id`'s fan-out (also the `parentNodeId` its child run
+/// records).
+pub fn slot_key(node_id: &str, index: u32) -> String {
+    format!("{node_id}{SLOT_SEPARATOR}{index}")
+}
+
+/// The node and index of a slot key; `None` for a node id.
+pub fn parse_slot_key(key: &str) -> Option<(&str, u32)> {
+    let (node_id, index) = key.rsplit_once(SLOT_SEPARATOR)?;
+    Some((node_id, index.parse().ok()?))
+}
+
+/// The counters of a parallel fan-out; the children themselves are slot records, created
+/// as slots free (so one commit starts at most `width` children) and removed at the join.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FanOutProgress {
+    /// How many children the fan-out has.
+    pub total: u32,
+    /// At most this many run at once.
+    pub width: u32,
+    /// Children started so far (the next to start is this index).
+    pub started: u32,
+    /// Children running now.
+    pub running: u32,
+    /// Children that completed.
+    pub completed: u32,
+    /// Children that failed.
+    pub failed: u32,
+    /// Children that were cancelled.
+    pub cancelled: u32,
+    /// The `runOrchestrator.decided` a dispatch fan-out acts on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<u64>,
+}
+
+impl FanOutProgress {
+    /// Children that ended, however.
+    pub fn ended(&self) -> u32 {
+        self.completed + self.failed + self.cancelled
+    }
 }
 
 /// Where an activity node is in its attempts.
@@ -391,9 +452,13 @@ pub struct RunState {
     /// The supervisor's identity and decisions, once one has decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orchestrator: Option<OrchestratorState>,
-    /// Every child run the run's nodes started, in order.
+    /// Every child run the run's nodes started one at a time, in order (the children of a
+    /// parallel fan-out are its slot records, counted in `children_started`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub child_runs: Vec<ChildRun>,
+    /// How many child runs the run's nodes started, of every kind (`settings.maxChildRuns`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub children_started: u32,
     /// Capabilities switched off (by the test seam) when the run was created.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disabled_capabilities: Vec<String>,
@@ -476,6 +541,7 @@ impl RunState {
             pending_pause: self.pending_pause.clone(),
             orchestrator: self.orchestrator.clone(),
             child_runs: self.child_runs.clone(),
+            children_started: self.children_started,
             disabled_capabilities: self.disabled_capabilities.clone(),
             outputs: self.outputs.clone(),
             mocks_allowed: self.mocks_allowed,
@@ -523,4 +589,9 @@ impl RunState {
         }
         self.deadline()
     }
+}
+
+/// Whether a counter is zero (serde's `skip_serializing_if`).
+pub(crate) fn is_zero(value: &u32) -> bool {
+    *value == 0
 }

@@ -130,14 +130,19 @@ impl Discovery {
             "enforce": "hard",
             "scopes": ["run"],
         });
-        document["orchestrator"] = json!({ "supported": true, "fanOutSupported": false });
+        // Parallel fan-out (RFC 0118): every join mode and child-failure policy is served;
+        // `maxFanOut` is the width ceiling (children running at once). `maxChildren` (most
+        // children of one fan-out) and `perItemInput` are Trellis extensions of the block.
+        document["orchestrator"] = json!({ "supported": true, "fanOutSupported": true });
         document["dispatch"] = json!({
             "supported": true,
             "models": ["child-run"],
-            "fanOutSupported": false,
-            "fanOutPolicies": ["sequential", "reject"],
-            "onChildFailureModes": ["fail-fast"],
-            "maxFanOut": trellis_core::engine::MAX_FAN_OUT,
+            "fanOutSupported": true,
+            "fanOutPolicies": ["sequential", "reject", "parallel"],
+            "joinModes": trellis_core::orchestrator::dispatch::JOIN_MODES,
+            "onChildFailureModes": trellis_core::orchestrator::dispatch::ON_CHILD_FAILURE_MODES,
+            "maxFanOut": trellis_core::engine::MAX_WIDTH,
+            "maxChildren": trellis_core::engine::MAX_CHILDREN,
             "perItemInput": true,
         });
         document["idempotency"] = json!({
@@ -270,5 +275,20 @@ mod tests {
         assert!(document.get("conformance").is_none(), "no mock agent claim without seams");
         let seams = Discovery::new(&HostLimits::default(), &[], &nodes, true);
         assert_eq!(seams.document()["conformance"], json!({"mockAgent": true}));
+    }
+
+    #[test]
+    fn parallel_fan_out_is_advertised_with_every_join_mode_and_its_ceilings() {
+        let discovery = Discovery::new(&HostLimits::default(), &[], &NodeRegistry::new(), false);
+        let document = discovery.document();
+        assert_eq!(document["orchestrator"]["fanOutSupported"], true);
+        let dispatch = &document["dispatch"];
+        assert_eq!(dispatch["fanOutSupported"], true);
+        assert_eq!(dispatch["fanOutPolicies"], json!(["sequential", "reject", "parallel"]));
+        assert_eq!(dispatch["joinModes"], json!(["wait-all", "quorum", "first", "race"]));
+        assert_eq!(dispatch["onChildFailureModes"], json!(["collect", "fail-fast", "absorb"]));
+        assert_eq!((dispatch["maxFanOut"].as_u64(), dispatch["maxChildren"].as_u64()), (Some(64), Some(10_000)));
+        let node_types = document["nodeTypes"].as_array().expect("nodeTypes");
+        assert!(node_types.contains(&json!("vendor.trellis.forEach")), "{node_types:?}");
     }
 }

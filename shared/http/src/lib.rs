@@ -88,6 +88,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/host/sample/workflows", post(routes::seams::register_workflow))
         .route("/v1/host/sample/test/capability-toggle", post(routes::seams::capability_toggle))
         .route("/v1/host/sample/dispatch/per-item", post(routes::seams::per_item_dispatch))
+        .route("/v1/host/sample/dispatch/fanout", post(routes::seams::fan_out_dispatch))
         .route("/v1/host/sample/test/idempotency/concurrent-claim", post(routes::seams::concurrent_claim))
         .route("/v1/host/sample/test/runs/{run_id}/variables", post(routes::seams::set_variables))
         .route("/v1/host/sample/test/emit-provider-usage", post(routes::seams_usage::emit_provider_usage))

@@ -2,7 +2,8 @@
 //! [`crate::event_json`]).
 
 use serde_json::{json, Value};
-use trellis_core::engine::ENGINE_VERSION;
+use trellis_core::engine::{is_fan_out_record, ENGINE_VERSION};
+use trellis_core::run::parse_slot_key;
 use trellis_core::timefmt::rfc3339;
 use trellis_core::RunState;
 
@@ -111,7 +112,8 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
     }
     if !run.status.is_terminal() {
         if let Some(node) = run.current_node() {
-            doc["currentNodeId"] = json!(node);
+            // A fan-out's slot is shown as its node.
+            doc["currentNodeId"] = json!(parse_slot_key(node).map_or(node, |(node_id, _)| node_id));
         }
     }
     if let Some(error) = &run.error {
@@ -140,10 +142,12 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
         doc["parentRunId"] = json!(parent.run_id);
         doc["parentNodeId"] = json!(parent.node_id);
     }
-    let children: Vec<Value> = if run.child_runs.is_empty() {
-        // Runs recorded before the child-run list kept their children on the nodes.
+    let mut children: Vec<Value> = if run.child_runs.is_empty() {
+        // Runs recorded before the child-run list kept their children on the nodes (fan-out
+        // slots are listed below, never as nodes).
         run.nodes
             .iter()
+            .filter(|(key, _)| !is_fan_out_record(key))
             .filter_map(|(node_id, node)| {
                 let child = node.child_run_id.as_ref()?;
                 let status = node.child_status.map_or("pending", |status| status.as_str());
@@ -159,6 +163,7 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
             })
             .collect()
     };
+    children.extend(fan_out_children(run));
     if !children.is_empty() {
         doc["childRuns"] = json!(children);
     }
@@ -166,6 +171,25 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
         doc["runOrchestrator"] = json!({ "agentId": orchestrator.agent_id });
     }
     doc
+}
+
+/// The children of running fan-outs: one per live slot record with a child run, as
+/// `{runId, nodeId: <the fan-out node>, index, workflowId, status}`, in node then index order.
+fn fan_out_children(run: &RunState) -> Vec<Value> {
+    let mut slots: Vec<(&str, u32, Value)> = run
+        .nodes
+        .iter()
+        .filter_map(|(key, slot)| {
+            let (node_id, index) = parse_slot_key(key)?;
+            let child = slot.child_run_id.as_ref()?;
+            let status = slot.child_status.map_or("pending", |status| status.as_str());
+            let entry = json!({ "runId": child, "nodeId": node_id, "index": index,
+                                "workflowId": slot.child_workflow_id, "status": status });
+            Some((node_id, index, entry))
+        })
+        .collect();
+    slots.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    slots.into_iter().map(|(_, _, entry)| entry).collect()
 }
 
 /// `/v1/runs/{runId}`.
@@ -176,4 +200,51 @@ pub(crate) fn status_url(run_id: &str) -> String {
 /// The run's event stream (SSE; `/poll` beside it for long-polling).
 pub(crate) fn events_url(run_id: &str) -> String {
     format!("/v1/runs/{run_id}/events")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+    use trellis_core::run::{ChildRun, NodeState};
+    use trellis_core::testing::{chain_workflow, pending_run};
+    use trellis_core::RunStatus;
+
+    use super::snapshot;
+
+    fn node(value: Value) -> NodeState {
+        serde_json::from_value(value).expect("a node record")
+    }
+
+    #[test]
+    fn child_runs_list_the_live_slots_of_a_fan_out_once_under_the_fan_out_node() {
+        let mut run = pending_run(&chain_workflow(), "run-1", "t");
+        run.status = RunStatus::Running;
+        run.nodes.insert("fan".into(), node(json!({ "status": "waiting-child", "activation": 1 })));
+        for (index, status) in [(1, "running"), (0, "completed")] {
+            let slot = json!({ "status": "waiting-child", "activation": 1, "childRunId": format!("run-c{index}"),
+                               "childWorkflowId": "worker", "childStatus": status });
+            run.nodes.insert(format!("fan#{index}"), node(slot));
+        }
+        run.nodes.insert("loop#items".into(), node(json!({ "status": "completed", "activation": 1 })));
+        let doc = snapshot(&run);
+        assert_eq!(
+            doc["childRuns"],
+            json!([
+                { "runId": "run-c0", "nodeId": "fan", "index": 0, "workflowId": "worker", "status": "completed" },
+                { "runId": "run-c1", "nodeId": "fan", "index": 1, "workflowId": "worker", "status": "running" },
+            ]),
+            "slots are listed once (not by the legacy branch), the items record never"
+        );
+        assert_eq!(doc["currentNodeId"], "fan", "a slot is shown as its node");
+
+        run.child_runs.push(ChildRun {
+            run_id: "run-single".into(),
+            node_id: "sub".into(),
+            workflow_id: "child".into(),
+            status: RunStatus::Completed,
+        });
+        let ids: Vec<Value> =
+            snapshot(&run)["childRuns"].as_array().unwrap().iter().map(|c| c["runId"].clone()).collect();
+        assert_eq!(ids, [json!("run-single"), json!("run-c0"), json!("run-c1")]);
+    }
 }

@@ -11,7 +11,9 @@ mod agent;
 mod agent_loop;
 mod budget;
 mod control;
+mod fanout;
 mod journal;
+mod loopback;
 mod orchestration;
 mod pause;
 mod progress;
@@ -27,6 +29,10 @@ use crate::timefmt::Millis;
 
 pub use activity::{activity_call, ACTIVITY_HEARTBEAT};
 pub use agent_loop::{tool_inputs as agent_tool_inputs, MAX_RESULT_CHARS as AGENT_MAX_RESULT_CHARS};
+pub use fanout::{
+    is_fan_out_record, DEFAULT_MAX_CHILD_RUNS, DISPATCH_FAN_OUT, DISPATCH_JOIN, LOOP_FINISHED, LOOP_ITEM_FINISHED,
+    LOOP_ITEM_STARTED, LOOP_STARTED, MAX_CHILDREN, MAX_CHILD_RUNS_CEILING, MAX_WIDTH,
+};
 pub use orchestration::{
     child_inputs, ASK_USER_QUESTION, ASK_USER_VARIABLE, CONFIDENCE_ESCALATED, CONFIDENCE_FLOOR,
     DEFAULT_ESCALATION_THRESHOLD, DISPATCH_TYPE_ID, MAX_FAN_OUT,
@@ -441,6 +447,10 @@ mod control_tests;
 mod deadline_tests;
 #[cfg(test)]
 mod decision_paths_tests;
+#[cfg(test)]
+mod fanout_tests;
+#[cfg(test)]
+mod loopback_tests;
 #[cfg(test)]
 mod orchestration_tests;
 #[cfg(test)]

@@ -27,8 +27,8 @@ use crate::run::{DispatchProgress, EdgeStatus, NodeStatus, RunError, RunState, R
 
 /// The `typeId` of the dispatch node.
 pub const DISPATCH_TYPE_ID: &str = "core.dispatch";
-/// Most workers one `next-worker` decision may name (`dispatch.maxFanOut`).
-pub const MAX_FAN_OUT: usize = 64;
+/// Most children of a parallel dispatch running at once (`dispatch.maxFanOut`).
+pub const MAX_FAN_OUT: usize = super::fanout::MAX_WIDTH as usize;
 /// CP-1: the agent's confidence below this holds its decision for ratification, unless the
 /// run's `configurable.escalationThreshold` says otherwise.
 pub const DEFAULT_ESCALATION_THRESHOLD: f64 = 0.7;
@@ -53,7 +53,7 @@ pub(super) enum Refused {
 }
 
 /// Appends to the orchestrator's history, keeping the latest [`orchestrator::model::MAX_HISTORY`].
-fn remember(history: &mut Vec<Value>, entry: Value) {
+pub(super) fn remember(history: &mut Vec<Value>, entry: Value) {
     history.push(entry);
     let excess = history.len().saturating_sub(orchestrator::model::MAX_HISTORY);
     history.drain(..excess);
@@ -96,6 +96,9 @@ pub(super) fn ratified(record: &InterruptRecord, value: &Value) -> Result<Decisi
 /// (the child keeps its default; never `null`).
 pub fn child_inputs(workflow: &Workflow, parent: &RunState, node_id: &str) -> Map<String, Value> {
     let mut inputs = Map::new();
+    if let Some((fan_out_node, index)) = crate::run::parse_slot_key(node_id) {
+        return slot_inputs(workflow, parent, fan_out_node, index);
+    }
     let Some(node) = workflow.node(node_id) else { return inputs };
     let project = |inputs: &mut Map<String, Value>, mapping: &[(String, String)]| {
         for (child_var, parent_var) in mapping {
@@ -123,6 +126,35 @@ pub fn child_inputs(workflow: &Workflow, parent: &RunState, node_id: &str) -> Ma
         }
     } else if let Ok(config) = SubWorkflowConfig::parse(&node.config) {
         project(&mut inputs, &config.input_mapping);
+    }
+    inputs
+}
+
+/// The inputs of slot `index` of `node_id`'s parallel fan-out: a dispatch worker's
+/// effective input mapping overlaid by its `nextWorkerInputs` item, or a loop item's inputs.
+fn slot_inputs(workflow: &Workflow, parent: &RunState, node_id: &str, index: u32) -> Map<String, Value> {
+    let mut inputs = Map::new();
+    let Some(node) = workflow.node(node_id) else { return inputs };
+    if node.type_id != DISPATCH_TYPE_ID {
+        return crate::nodes::for_each::ForEachConfig::parse(&node.config)
+            .map(|config| super::fanout::loop_item_inputs(&config, parent, node_id, index))
+            .unwrap_or_default();
+    }
+    let (Ok(config), Some(decided)) = (DispatchConfig::parse(&node.config), acted_on(parent, workflow, node_id)) else {
+        return inputs;
+    };
+    if let Decision::NextWorker { next_worker_ids, next_worker_inputs, .. } = &decided.decision {
+        if let Some(worker) = next_worker_ids.get(index as usize) {
+            for (child_var, parent_var) in config.input_for(worker) {
+                if let Some(value) = parent.variables.get(parent_var) {
+                    inputs.insert(child_var.clone(), value.clone());
+                }
+            }
+        }
+        let item = next_worker_inputs.as_ref().and_then(|items| items.get(index as usize));
+        for (key, value) in item.into_iter().flatten() {
+            inputs.insert(key.clone(), value.clone());
+        }
     }
     inputs
 }
@@ -288,7 +320,7 @@ impl Transition<'_> {
 
     /// `cap.breached` (`loop-iterations`, the RFC's own kind in `details.intent`), then the
     /// run fails with `loop_limit_exceeded`.
-    fn breach_loop_cap(&mut self, node_id: &str, cap: u64, intent: &str) {
+    pub(super) fn breach_loop_cap(&mut self, node_id: &str, cap: u64, intent: &str) {
         let payload = json!({ "kind": "loop-iterations", "limit": cap, "observed": cap + 1, "nodeId": node_id,
                               "details": { "intent": intent } });
         self.emit(types::CAP_BREACHED, Some(node_id), payload);
@@ -351,8 +383,9 @@ impl Transition<'_> {
                     ))
                 } else if next_worker_ids.len() > 1 && config.fan_out == Some(FanOut::Reject) {
                     Some(RunError::new("fan_out_unsupported", "fanOutPolicy `reject` allows one worker per decision"))
-                } else if next_worker_ids.len() > MAX_FAN_OUT {
-                    Some(RunError::new("validation_error", format!("a decision names at most {MAX_FAN_OUT} workers")))
+                } else if next_worker_ids.len() > super::fanout::MAX_CHILDREN as usize {
+                    let limit = super::fanout::MAX_CHILDREN;
+                    Some(RunError::new("validation_error", format!("a decision names at most {limit} workers")))
                 } else {
                     None
                 };
@@ -360,6 +393,9 @@ impl Transition<'_> {
                     return self.fail_node(node_id, error);
                 }
                 let total = next_worker_ids.len();
+                if total > 1 && config.fan_out == Some(FanOut::Parallel) {
+                    return self.dispatch_parallel(node_id, &config, decided.sequence, total as u32);
+                }
                 self.node_mut(node_id).dispatch =
                     Some(DispatchProgress { decision: decided.sequence, index: 0, total });
                 self.spawn_worker(node_id, &config, &next_worker_ids[0], 0);
@@ -445,7 +481,7 @@ impl Transition<'_> {
             return;
         }
         let targets: Vec<usize> = (0..self.workflow.graph.ends.len())
-            .filter(|&edge| self.workflow.graph.is_loop[edge] && self.workflow.graph.ends[edge].0 == index)
+            .filter(|&edge| self.workflow.graph.is_supervisor_loop(edge) && self.workflow.graph.ends[edge].0 == index)
             .map(|edge| self.workflow.graph.ends[edge].1)
             .collect();
         for target in targets {

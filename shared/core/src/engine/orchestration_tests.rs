@@ -184,7 +184,7 @@ fn without_an_allowed_source_or_a_decision_the_nodes_fail_clearly() {
 }
 
 #[test]
-fn registration_refuses_parallel_a_lonely_dispatch_and_bad_plans() {
+fn registration_refuses_parallel_only_fields_a_lonely_dispatch_and_bad_plans() {
     let compile = |nodes: Value| {
         let edges = match nodes.as_array().map(Vec::len) {
             Some(2) => json!([{"id": "e", "sourceNodeId": "s", "targetNodeId": "d"}]),
@@ -194,9 +194,12 @@ fn registration_refuses_parallel_a_lonely_dispatch_and_bad_plans() {
     };
     let parallel = compile(json!([{"id": "s", "typeId": "core.orchestrator.supervisor"},
         {"id": "d", "typeId": "core.dispatch", "config": {"fanOutPolicy": "parallel"}}]));
+    assert!(parallel.is_ok(), "{parallel:?}");
+    let join_without_parallel = compile(json!([{"id": "s", "typeId": "core.orchestrator.supervisor"},
+        {"id": "d", "typeId": "core.dispatch", "config": {"joinPolicy": {"mode": "first"}}}]));
     assert!(
-        matches!(parallel, Err(crate::DefinitionError::NodeConfig { ref node_id, .. }) if node_id == "d"),
-        "{parallel:?}"
+        matches!(join_without_parallel, Err(crate::DefinitionError::NodeConfig { ref node_id, .. }) if node_id == "d"),
+        "{join_without_parallel:?}"
     );
     let lonely = compile(json!([{"id": "d", "typeId": "core.dispatch"}]));
     assert!(matches!(lonely, Err(crate::DefinitionError::NodeConfig { .. })));

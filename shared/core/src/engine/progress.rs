@@ -227,6 +227,7 @@ impl<'a> Transition<'a> {
             NodeOutcome::Suspend(request) => self.suspend(node_id, request),
             NodeOutcome::Decide => self.decide(node_id),
             NodeOutcome::Dispatch => self.dispatch(node_id),
+            NodeOutcome::ForEach => self.for_each(node_id),
             NodeOutcome::ScriptedAgent => self.agent_turn(node_id),
             NodeOutcome::RecordCost(attributes) => self.record_cost(node_id, &attributes),
         }
@@ -241,6 +242,10 @@ impl<'a> Transition<'a> {
 
     /// Starts a child run for `node_id`; `worker` distinguishes the workers of one dispatch.
     pub(super) fn spawn_child(&mut self, node_id: &str, workflow_id: String, worker: Option<usize>) {
+        if !self.admit_children(node_id, 1) {
+            return;
+        }
+        self.state.children_started += 1;
         let now = self.now;
         let run_id = self.state.run_id.clone();
         let node = self.node_mut(node_id);
@@ -285,6 +290,9 @@ impl<'a> Transition<'a> {
         });
         if !waiting || !status.is_terminal() {
             return Verdict::Stale;
+        }
+        if crate::run::parse_slot_key(node_id).is_some() {
+            return self.slot_finished(node_id, child_run_id, status, variables, error);
         }
         self.note_child(child_run_id, status);
         if self.is_agent(node_id) {
@@ -455,6 +463,11 @@ impl<'a> Transition<'a> {
                 }
             }
         }
+        let back_edges = match self.back_edges_taken(index, &outputs) {
+            Ok(taken) => taken,
+            // A loop-back past its limit (or a condition that cannot be judged) fails the node.
+            Err(error) => return self.fail_node(node_id, error),
+        };
         let started = self.state.nodes.get(node_id).and_then(|n| n.started_at).unwrap_or(self.now);
         let payload = json!({ "nodeId": node_id, "outputs": outputs, "durationMs": self.now.saturating_sub(started) });
         self.emit(types::NODE_COMPLETED, Some(node_id), payload);
@@ -475,6 +488,7 @@ impl<'a> Transition<'a> {
         self.propagate(targets);
         let terminate = self.state.nodes.get(node_id).is_some_and(|node| terminates_loop(&node.outputs));
         self.loop_back(index, terminate);
+        self.follow_back_edges(back_edges);
         // A pending drain pause takes effect first; the completion waits for `:resume`.
         if !self.state.nodes.values().any(|n| n.is_active()) && self.state.pending_pause.is_none() {
             self.complete_run();
@@ -624,7 +638,10 @@ impl<'a> Transition<'a> {
             let child = (node.status == NodeStatus::WaitingChild).then(|| node.child_run_id.clone()).flatten();
             node.status = NodeStatus::Cancelled;
             node.wake_at = None;
-            self.emit(types::NODE_CANCELLED, Some(&node_id), json!({ "nodeId": node_id, "reason": reason }));
+            // A fan-out's slot is no node of the workflow: its child is cancelled, no event.
+            if !super::fanout::is_fan_out_record(&node_id) {
+                self.emit(types::NODE_CANCELLED, Some(&node_id), json!({ "nodeId": node_id, "reason": reason }));
+            }
             if let Some(child_run_id) = child.filter(|_| propagate) {
                 self.effects.push(Effect::CancelChild { child_run_id, due_at: now });
             }
@@ -655,5 +672,9 @@ fn idle_node() -> NodeState {
         child_status: None,
         dispatch: None,
         activity: None,
+        fan_out: None,
+        merge: None,
+        error: None,
+        loopbacks: 0,
     }
 }

@@ -11,6 +11,8 @@
 //! - `core.subWorkflow` names a `workflowId`;
 //! - an approval's `requiredApprovals` is at most the length of its `approversList`, when
 //!   it has one (no larger quorum can form);
+//! - `settings.maxLoopbackIterations` is an integer from 1 to
+//!   [`graph::MAX_LOOPBACK_ITERATIONS`](super::graph::MAX_LOOPBACK_ITERATIONS);
 //! - durations (`core.delay` `delayMs` / `durationMs` / `ms` in config or as a literal input,
 //!   `timeoutMs` of a gate or interrupt) are integers from 0 to a ceiling:
 //!   [`MAX_RUN_DURATION_MS`] for every definition, the host's configured run-duration
@@ -39,6 +41,17 @@ fn segment(text: &str) -> String {
 pub fn check(definition: &WorkflowDefinition, max_duration_ms: u64) -> Result<Vec<Option<Regex>>, DefinitionError> {
     unique(definition.edges.iter().map(|edge| edge.id.as_str()), "edges", "id", "edge id")?;
     unique(definition.variables.iter().map(|variable| variable.name.as_str()), "variables", "name", "variable name")?;
+    if super::graph::max_loopback_iterations(&definition.settings).is_none() {
+        return Err(refuse(
+            "/settings/maxLoopbackIterations".to_owned(),
+            "max_loopback_iterations",
+            format!(
+                "`settings.maxLoopbackIterations` must be an integer from 1 to {}: how many times back-edges may \
+                 re-enter one node in a run",
+                super::graph::MAX_LOOPBACK_ITERATIONS
+            ),
+        ));
+    }
     let mut regexes = Vec::with_capacity(definition.edges.len());
     for (index, edge) in definition.edges.iter().enumerate() {
         let Some(condition) = edge.condition.as_ref().filter(|condition| condition.kind == "regex") else {

@@ -5,6 +5,7 @@
 pub mod checks;
 pub mod condition;
 pub mod definition;
+pub mod fanout_rules;
 pub mod graph;
 
 use std::sync::Arc;
@@ -126,6 +127,7 @@ impl Workflow {
         })?;
         let graph = Graph::build(&definition)?;
         let edge_regexes = checks::check(&definition, max_duration_ms)?;
+        fanout_rules::check(&definition)?;
         if let Some((index, node_id, message)) = nodes::find_invalid_config(&definition, registry) {
             return Err(DefinitionError::NodeConfig { node_id, path: format!("/nodes/{index}/config"), message });
         }

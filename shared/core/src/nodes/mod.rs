@@ -8,11 +8,13 @@ pub mod agent;
 pub mod cost_emit;
 mod delay;
 mod fail;
+pub mod for_each;
 mod gates;
 mod identity;
 pub mod mock_agent;
 mod noop;
 mod orchestration;
+pub mod passthrough;
 mod registry;
 pub mod requires;
 pub mod subworkflow;
@@ -67,6 +69,8 @@ pub enum NodeOutcome {
     Decide,
     /// Act on the latest recorded decision (`core.dispatch`).
     Dispatch,
+    /// Run the node's child workflow once per item (`vendor.trellis.forEach`).
+    ForEach,
     /// Play the node's scripted agent turn (`core.conformance.mock-agent`): the engine emits
     /// its `agent.*` events, then completes the node or suspends it on low confidence.
     ScriptedAgent,
@@ -96,6 +100,8 @@ pub trait NodeKind: Sync {
 /// The engine's pure node kinds.
 static PURE_KINDS: &[&dyn NodeKind] = &[
     &noop::Noop,
+    &passthrough::Parallel,
+    &passthrough::Merge,
     &delay::Delay,
     &identity::Identity,
     &fail::Fail,
@@ -108,6 +114,7 @@ static PURE_KINDS: &[&dyn NodeKind] = &[
     &requires::RequiresMissing,
     &mock_agent::MockAgent,
     &cost_emit::CostEmit,
+    &for_each::ForEach,
 ];
 
 /// The conformance-only kinds: runnable in the read-only global namespace and for runs

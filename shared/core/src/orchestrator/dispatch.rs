@@ -1,5 +1,8 @@
-//! The `core.dispatch` config (`DispatchConfig`, closed) and the per-worker mapping rules of
-//! RFC 0022 §A: `effective = perWorker…Mappings[workerId] ?? …Mapping ?? {}`.
+//! The `core.dispatch` config (`DispatchConfig`, closed), the per-worker mapping rules of
+//! RFC 0022 §A (`effective = perWorker…Mappings[workerId] ?? …Mapping ?? {}`) and RFC 0118's
+//! parallel fan-out: `fanOutPolicy: parallel`, `joinPolicy {mode, quorum?, onChildFailure}`
+//! and `maxConcurrency`, with the registration refusals of `node-packs.md` (a `joinPolicy` or
+//! `maxConcurrency` without `parallel`, a `quorum` mode without its integer).
 
 use std::collections::BTreeMap;
 
@@ -15,13 +18,122 @@ pub enum FanOut {
     Sequential,
     /// More than one worker fails the node with `fan_out_unsupported`.
     Reject,
+    /// RFC 0118: the workers run concurrently, at most `maxConcurrency` at a time, and join
+    /// under the [`JoinPolicy`].
+    Parallel,
+}
+
+/// When a parallel fan-out's join is met (`joinPolicy.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JoinMode {
+    /// Every child ended.
+    #[default]
+    WaitAll,
+    /// This many children completed; the rest are cancelled.
+    Quorum(u32),
+    /// One child completed; the rest are cancelled.
+    First,
+    /// One child ended, however; the rest are cancelled.
+    Race,
+}
+
+impl JoinMode {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::WaitAll => "wait-all",
+            Self::Quorum(_) => "quorum",
+            Self::First => "first",
+            Self::Race => "race",
+        }
+    }
+}
+
+/// What a failed or cancelled child does to a parallel fan-out (`joinPolicy.onChildFailure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnChildFailure {
+    /// Recorded in `children[]`; the join decides (`partial` when it is still met).
+    #[default]
+    Collect,
+    /// The first failed or cancelled child fails the join and cancels the rest.
+    FailFast,
+    /// Like `collect`: the failure is absorbed into a `partial` outcome.
+    Absorb,
+}
+
+impl OnChildFailure {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Collect => "collect",
+            Self::FailFast => "fail-fast",
+            Self::Absorb => "absorb",
+        }
+    }
+}
+
+/// The join modes this host serves, as advertised (`dispatch.joinModes`).
+pub const JOIN_MODES: [&str; 4] = ["wait-all", "quorum", "first", "race"];
+/// The child-failure policies this host serves (`dispatch.onChildFailureModes`).
+pub const ON_CHILD_FAILURE_MODES: [&str; 3] = ["collect", "fail-fast", "absorb"];
+
+/// A parallel fan-out's join policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JoinPolicy {
+    /// When the join is met.
+    pub mode: JoinMode,
+    /// What a failed child does.
+    pub on_child_failure: OnChildFailure,
+}
+
+impl JoinPolicy {
+    /// Parses the closed `joinPolicy` object.
+    pub fn parse(value: &Value) -> Result<Self, String> {
+        let Some(fields) = value.as_object() else { return Err("`joinPolicy` must be an object".into()) };
+        if let Some(unknown) = fields.keys().find(|key| !["mode", "quorum", "onChildFailure"].contains(&key.as_str())) {
+            return Err(format!("`joinPolicy` has no field `{unknown}` (mode, quorum, onChildFailure)"));
+        }
+        let quorum = match fields.get("quorum") {
+            None => None,
+            Some(value) => Some(
+                value
+                    .as_u64()
+                    .filter(|n| *n >= 1)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or("`joinPolicy.quorum` must be an integer ≥ 1")?,
+            ),
+        };
+        let mode = match fields.get("mode").map(Value::as_str) {
+            None | Some(Some("wait-all")) => JoinMode::WaitAll,
+            Some(Some("quorum")) => {
+                JoinMode::Quorum(quorum.ok_or("`joinPolicy.mode` `quorum` needs an integer `joinPolicy.quorum` ≥ 1")?)
+            }
+            Some(Some("first")) => JoinMode::First,
+            Some(Some("race")) => JoinMode::Race,
+            Some(_) => return Err("`joinPolicy.mode` must be one of wait-all, quorum, first, race".into()),
+        };
+        if quorum.is_some() && !matches!(mode, JoinMode::Quorum(_)) {
+            return Err("`joinPolicy.quorum` applies only to mode `quorum`".into());
+        }
+        let on_child_failure = match fields.get("onChildFailure").map(Value::as_str) {
+            None | Some(Some("collect")) => OnChildFailure::Collect,
+            Some(Some("fail-fast")) => OnChildFailure::FailFast,
+            Some(Some("absorb")) => OnChildFailure::Absorb,
+            Some(_) => return Err("`joinPolicy.onChildFailure` must be one of collect, fail-fast, absorb".into()),
+        };
+        Ok(Self { mode, on_child_failure })
+    }
 }
 
 /// A parsed, checked `core.dispatch` config.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DispatchConfig {
-    /// `reject` or `sequential` (default).
+    /// `reject`, `parallel` or `sequential` (default).
     pub fan_out: Option<FanOut>,
+    /// The join of a parallel fan-out (wait-all, collect by default).
+    pub join: JoinPolicy,
+    /// At most this many children of a parallel fan-out run at once (`maxConcurrency`).
+    pub max_concurrency: Option<u32>,
     /// Child runs per run, across dispatch nodes (`iterationCap`).
     pub iteration_cap: Option<u64>,
     /// Default input mapping (`childVar → parentVar`).
@@ -72,8 +184,8 @@ fn per_worker(value: Option<&Value>, field: &str) -> Result<BTreeMap<String, Map
 }
 
 impl DispatchConfig {
-    /// Parses and checks a node's config against the closed `DispatchConfig`. Parallel
-    /// fan-out (RFC 0118) is not served by this host and is refused here.
+    /// Parses and checks a node's config against the closed `DispatchConfig`, with RFC
+    /// 0118's cross-field rules.
     pub fn parse(config: &Map<String, Value>) -> Result<Self, String> {
         if let Some(unknown) = config.keys().find(|key| !FIELDS.contains(&key.as_str())) {
             return Err(format!("core.dispatch has no config field `{unknown}`"));
@@ -93,20 +205,26 @@ impl DispatchConfig {
             None => None,
             Some(Some("sequential")) => Some(FanOut::Sequential),
             Some(Some("reject")) => Some(FanOut::Reject),
-            Some(Some("parallel")) => {
-                return Err(
-                    "fanOutPolicy `parallel` is not served by this host (fanOutPolicies: sequential, reject)".into()
-                )
-            }
-            Some(_) => return Err("fanOutPolicy must be `sequential` or `reject`".into()),
+            Some(Some("parallel")) => Some(FanOut::Parallel),
+            Some(_) => return Err("fanOutPolicy must be `sequential`, `reject` or `parallel`".into()),
         };
-        for parallel_only in ["joinPolicy", "maxConcurrency"] {
-            if config.contains_key(parallel_only) {
-                return Err(format!(
-                    "`{parallel_only}` applies only to parallel fan-out, which this host does not serve"
-                ));
+        if fan_out != Some(FanOut::Parallel) {
+            if let Some(parallel_only) = ["joinPolicy", "maxConcurrency"].into_iter().find(|f| config.contains_key(*f))
+            {
+                return Err(format!("`{parallel_only}` applies only to fanOutPolicy `parallel`"));
             }
         }
+        let join = config.get("joinPolicy").map(JoinPolicy::parse).transpose()?.unwrap_or_default();
+        let max_concurrency = match config.get("maxConcurrency") {
+            None => None,
+            Some(value) => Some(
+                value
+                    .as_u64()
+                    .filter(|n| *n >= 1)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or("`maxConcurrency` must be an integer ≥ 1")?,
+            ),
+        };
         if config.get("memoryScopeIsolation").is_some_and(|v| v != "isolated") {
             return Err("memoryScopeIsolation must be `isolated`".into());
         }
@@ -116,6 +234,8 @@ impl DispatchConfig {
         };
         Ok(Self {
             fan_out,
+            join,
+            max_concurrency,
             iteration_cap,
             input_mapping: mapping(config.get("inputMapping"), "inputMapping")?,
             output_mapping: mapping(config.get("outputMapping"), "outputMapping")?,
@@ -181,10 +301,33 @@ mod tests {
     }
 
     #[test]
-    fn parallel_and_unknown_fields_are_refused() {
+    fn parallel_configs_parse_with_their_cross_field_rules() {
+        let config = parse(json!({"fanOutPolicy": "parallel", "maxConcurrency": 5,
+            "joinPolicy": {"mode": "quorum", "quorum": 2, "onChildFailure": "absorb"}}))
+        .unwrap();
+        assert_eq!(config.fan_out, Some(FanOut::Parallel));
+        assert_eq!(config.max_concurrency, Some(5));
+        assert_eq!(config.join, JoinPolicy { mode: JoinMode::Quorum(2), on_child_failure: OnChildFailure::Absorb });
+        assert_eq!(parse(json!({"fanOutPolicy": "parallel"})).unwrap().join, JoinPolicy::default());
+        for (bad, names) in [
+            (json!({"joinPolicy": {"mode": "wait-all"}}), "joinPolicy"),
+            (json!({"fanOutPolicy": "sequential", "maxConcurrency": 2}), "maxConcurrency"),
+            (json!({"fanOutPolicy": "parallel", "joinPolicy": {"mode": "quorum"}}), "quorum"),
+            (json!({"fanOutPolicy": "parallel", "joinPolicy": {"mode": "quorum", "quorum": 0}}), "quorum"),
+            (json!({"fanOutPolicy": "parallel", "joinPolicy": {"mode": "any"}}), "mode"),
+            (json!({"fanOutPolicy": "parallel", "joinPolicy": {"onChildFailure": "explode"}}), "onChildFailure"),
+            (json!({"fanOutPolicy": "parallel", "joinPolicy": {"mode": "wait-all", "extra": 1}}), "extra"),
+            (json!({"fanOutPolicy": "parallel", "maxConcurrency": 0}), "maxConcurrency"),
+            (json!({"fanOutPolicy": "broadcast"}), "fanOutPolicy"),
+        ] {
+            let message = parse(bad.clone()).unwrap_err();
+            assert!(message.contains(names), "{bad}: {message}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
         for bad in [
-            json!({"fanOutPolicy": "parallel"}),
-            json!({"joinPolicy": {"mode": "wait-all"}}),
             json!({"surprise": 1}),
             json!({"inputMapping": "prdId"}),
             json!({"workerDispatchModel": "in-process"}),

@@ -152,6 +152,11 @@ pub(crate) fn new_run(
     // (compiled-in, `OPENWOP_FIXTURES_DIR`, `--workflows`); a test-scope caller on a host with its
     // seams on is added by `create_run`. Never for a tenant's own registrations, whatever the id.
     let mocks_allowed = namespace == GLOBAL_NAMESPACE;
+    // `settings.maxNodeExecutions` lowers the host's limit for this workflow's runs.
+    let mut limits = limits;
+    if let Some(setting) = crate::model::fanout_rules::max_node_executions(&workflow.definition.settings) {
+        limits.max_node_executions = limits.max_node_executions.min(setting);
+    }
     RunState {
         run_id,
         tenant: principal.tenant.clone(),
@@ -188,6 +193,7 @@ pub(crate) fn new_run(
         pending_pause: None,
         orchestrator: None,
         child_runs: Vec::new(),
+        children_started: 0,
         disabled_capabilities: Vec::new(),
         outputs: Map::new(),
         mocks_allowed,

@@ -8,6 +8,7 @@ mod create;
 mod idempotency;
 mod inline;
 mod seam_dispatch;
+mod seam_fanout;
 mod seams;
 mod seams_usage;
 mod workflows;
@@ -30,6 +31,7 @@ pub(crate) use create::new_run;
 pub use create::{CreateOutcome, IdempotencyKey};
 pub use idempotency::Begin;
 pub use seam_dispatch::{logical_invocation_id, PerItemRequest, CLAIM_ENDPOINT};
+pub use seam_fanout::{FanOutRequest, MAX_SEAM_WORKERS};
 pub use seams_usage::UsageRequest;
 pub use workflows::{read_definition_files, DefinitionFiles, ListedWorkflow, LoadReport};
 

@@ -42,7 +42,7 @@ pub(crate) async fn bundle(
     if let Some(error) = run_doc.get_mut("error").and_then(Value::as_object_mut) {
         error.remove("details");
     }
-    let node_count = run.nodes.len();
+    let node_count = run.nodes.keys().filter(|key| !trellis_core::engine::is_fan_out_record(key)).count();
     let event_docs: Vec<Value> = events
         .iter()
         .map(|event| {

@@ -10,6 +10,11 @@
 //!   replay?}` → `200 {children: [{index, workflowId, childRunId, inputs}], decision, replayed?}`
 //!   (seams §25, RFC 0126): the decision through the engine's dispatch, in memory; a refused
 //!   decision is `400 validation_error` with `details.children: []`;
+//! - `POST /v1/host/sample/dispatch/fanout` `{nextWorkerIds, config?, fail?, order?}` → `200
+//!   {joinOutcome, children, mergeOrder, completedCount, failedCount, cancelledCount, events}`
+//!   (RFC 0118): a parallel dispatch with `config` as the dispatch node's config, through the
+//!   engine, in memory ([`trellis_core::service::FanOutRequest`]; `fail` and `order` are
+//!   Trellis extensions); a refused config is `400 validation_error` naming the rule;
 //! - `POST /v1/host/sample/test/idempotency/concurrent-claim` `{executors: 2..=16}` →
 //!   `200 {logicalInvocationId, mintedIds, attempted, delivered}` (RFC 0150 §B): the executors
 //!   race the store's atomic claim on one id; exactly one wins; the claim is released;
@@ -27,7 +32,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use trellis_core::capabilities::Toggle;
-use trellis_core::service::{logical_invocation_id, PerItemRequest};
+use trellis_core::service::{logical_invocation_id, FanOutRequest, PerItemRequest};
 
 use super::json_body;
 use crate::auth::{Caller, Scope};
@@ -143,6 +148,64 @@ pub(crate) async fn per_item_dispatch(
     }
     let request = PerItemRequest { decision, input_mapping, replay };
     Ok(Json(state.services.per_item_dispatch(&caller.principal, request).await?))
+}
+
+/// Fields the fan-out seam accepts.
+const FAN_OUT_FIELDS: [&str; 4] = ["nextWorkerIds", "config", "fail", "order"];
+
+/// A list of worker indexes (`fail`, `order`).
+fn indexes(value: Option<Value>, field: &str) -> Result<Vec<u32>, ApiError> {
+    let refused = || {
+        ApiError::validation(format!("`{field}` must be an array of worker indexes (integers ≥ 0)"))
+            .with_details(json!({ "field": field }))
+    };
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => {
+            items.iter().map(|item| item.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(refused)).collect()
+        }
+        Some(_) => Err(refused()),
+    }
+}
+
+/// `POST /v1/host/sample/dispatch/fanout`.
+pub(crate) async fn fan_out_dispatch(
+    caller: Caller,
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let mut fields = gated_object(&caller, &state, &body)?;
+    if let Some(unknown) = fields.keys().find(|key| !FAN_OUT_FIELDS.contains(&key.as_str())) {
+        return Err(ApiError::validation(format!("`{unknown}` is not a field of this seam"))
+            .with_details(json!({ "field": unknown, "allowed": FAN_OUT_FIELDS })));
+    }
+    let next_worker_ids = match fields.remove("nextWorkerIds") {
+        Some(Value::Array(ids)) => ids
+            .into_iter()
+            .map(|id| match id {
+                Value::String(id) if !id.is_empty() => Ok(id),
+                _ => Err(()),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .ok(),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        ApiError::validation("`nextWorkerIds` must be an array of workflow ids (non-empty strings)")
+            .with_details(json!({ "field": "nextWorkerIds" }))
+    })?;
+    let config = match fields.remove("config") {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(config)) => config,
+        Some(_) => {
+            return Err(ApiError::validation("`config` must be an object (the dispatch node's config)")
+                .with_details(json!({ "field": "config" })))
+        }
+    };
+    let fail = indexes(fields.remove("fail"), "fail")?;
+    let order = indexes(fields.remove("order"), "order")?;
+    let request = FanOutRequest { next_worker_ids, config, fail, order };
+    Ok(Json(state.services.fan_out_dispatch(&caller.principal, request).await?))
 }
 
 /// Most executors one concurrent-claim probe races.
