@@ -1,5 +1,6 @@
 //! A scriptable HTTP/1.1 server on 127.0.0.1 for outbound-HTTP tests: per path a queue of
-//! responses (the last one repeats), and a record of every request it saw.
+//! responses (the last one repeats), a record of every request it saw, and how many requests
+//! it was handling at once (now and at the peak, the scripted delays included).
 //!
 //! ```no_run
 //! # async fn example() {
@@ -114,6 +115,11 @@ struct State {
     routes: HashMap<String, Vec<Reply>>,
     served: HashMap<String, usize>,
     requests: Vec<SeenRequest>,
+    /// Requests being handled now (from arrival until the response is handed back or the
+    /// client hangs up).
+    in_flight: usize,
+    /// The most `in_flight` ever was.
+    peak_in_flight: usize,
 }
 
 impl State {
@@ -174,6 +180,17 @@ impl TestServer {
         lock(&self.state).requests.clone()
     }
 
+    /// How many requests are being handled right now, each counted from its arrival until
+    /// its response is handed back (its [`Reply::delay`] included) or its client hangs up.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.state).in_flight
+    }
+
+    /// The most requests ever handled at once (see [`TestServer::in_flight`]).
+    pub fn peak_in_flight(&self) -> usize {
+        lock(&self.state).peak_in_flight
+    }
+
     /// The requests seen for `path` (without query).
     pub fn requests_to(&self, path: &str) -> Vec<SeenRequest> {
         lock(&self.state).requests.iter().filter(|request| request.path() == path).cloned().collect()
@@ -215,7 +232,29 @@ where
     }
 }
 
+/// Counts one request in flight while it lives: dropped when the response is handed back, or
+/// when hyper drops the handler because the client hung up mid-delay.
+struct InFlight(Arc<Mutex<State>>);
+
+impl InFlight {
+    fn enter(state: &Arc<Mutex<State>>) -> Self {
+        let mut locked = lock(state);
+        locked.in_flight += 1;
+        locked.peak_in_flight = locked.peak_in_flight.max(locked.in_flight);
+        drop(locked);
+        Self(Arc::clone(state))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut state = lock(&self.0);
+        state.in_flight = state.in_flight.saturating_sub(1);
+    }
+}
+
 async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let _in_flight = InFlight::enter(&state);
     let method = request.method().as_str().to_owned();
     let target = request.uri().path_and_query().map_or_else(|| request.uri().path().to_owned(), |pq| pq.to_string());
     let headers = request
@@ -243,4 +282,47 @@ async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<
         *fallback.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
         fallback
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three requests held by a delay are in flight together; once answered, none is.
+    #[tokio::test]
+    async fn the_in_flight_count_covers_the_delay_and_drops_after_the_answer() {
+        let server = TestServer::start().await;
+        server.route("/slow", vec![Reply::text(200, "late").delay(Duration::from_secs(2))]);
+        assert_eq!((server.in_flight(), server.peak_in_flight()), (0, 0));
+        let client = reqwest::Client::builder().no_proxy().build().expect("client");
+        let calls = (0..3).map(|n| {
+            let (client, url) = (client.clone(), server.url(&format!("/slow?n={n}")));
+            tokio::spawn(async move { client.get(url).send().await.expect("answered").status().as_u16() })
+        });
+        let calls: Vec<_> = calls.collect();
+        // All three arrive before any is answered (each waits 2 s after its arrival).
+        while server.requests().len() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(server.in_flight(), 3, "three requests inside their delay");
+        for call in calls {
+            assert_eq!(call.await.expect("joined"), 200);
+        }
+        assert_eq!((server.in_flight(), server.peak_in_flight()), (0, 3));
+    }
+
+    /// A client that hangs up mid-delay no longer counts.
+    #[tokio::test]
+    async fn a_client_hanging_up_leaves_the_in_flight_count() {
+        let server = TestServer::start().await;
+        server.route("/slow", vec![Reply::status(200).delay(Duration::from_secs(30))]);
+        let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_millis(200)).build().expect("client");
+        assert!(client.get(server.url("/slow")).send().await.is_err(), "the client gives up first");
+        let mut waited = 0;
+        while server.in_flight() > 0 && waited < 500 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            waited += 1;
+        }
+        assert_eq!((server.in_flight(), server.peak_in_flight()), (0, 1));
+    }
 }

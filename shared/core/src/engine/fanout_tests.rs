@@ -689,3 +689,42 @@ fn the_run_running_out_of_time_cancels_the_running_children() {
     assert_eq!((state.status, state.error.as_ref().unwrap().code.as_str()), (RunStatus::Failed, "run_timeout"));
     assert!(timed_out.events.iter().all(|e| e.node_id.as_deref().is_none_or(|n| !n.contains('#'))));
 }
+
+/// The RFC 0118 event defs (the vendored run-event-payloads copy predates them), as data.
+fn rfc_0118_def(name: &str) -> Value {
+    let document: Value =
+        serde_json::from_str(include_str!("../../../../conformance/schemas/rfc0118-dispatch-events.schema.json"))
+            .unwrap();
+    document["$defs"][name].clone()
+}
+
+#[test]
+fn fan_out_and_join_payloads_validate_against_the_rfc_0118_schemas() {
+    for (join, fail) in [(json!({"mode": "wait-all"}), false), (json!({"mode": "quorum", "quorum": 2}), true)] {
+        let wf = dispatch_workflow(&workers(3), parallel(json!({"maxConcurrency": 2, "joinPolicy": join})), json!({}));
+        let (mut state, _, outcome) = dispatched(&wf);
+        let fan_out = event(&outcome, "core.dispatch.fanOut").expect("fanOut");
+        crate::schema::check_against(&rfc_0118_def("dispatchFanOut"), &fan_out.payload)
+            .unwrap_or_else(|problems| panic!("{problems:?}"));
+        let mut joined = None;
+        for k in 0..3 {
+            let key = format!("dispatch#{k}");
+            if !state.nodes.contains_key(&key) {
+                break;
+            }
+            let status = if fail && k == 0 { RunStatus::Failed } else { RunStatus::Completed };
+            let finished = end(&wf, &mut state, &key, status, json!({}));
+            if let Some(found) = event(&finished, "core.dispatch.join") {
+                joined = Some(found.payload.clone());
+                break;
+            }
+        }
+        let joined = joined.expect("a join event");
+        crate::schema::check_against(&rfc_0118_def("dispatchJoin"), &joined)
+            .unwrap_or_else(|problems| panic!("{problems:?}"));
+        // A closed object: a payload with an extra field is refused by the same schema.
+        let mut extra = joined.clone();
+        extra["surprise"] = json!(1);
+        assert!(crate::schema::check_against(&rfc_0118_def("dispatchJoin"), &extra).is_err());
+    }
+}
