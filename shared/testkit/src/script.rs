@@ -45,11 +45,15 @@ pub struct Finished {
     pub event_types: Vec<String>,
 }
 
-/// `expected` is contained in `actual` (objects by key, everything else by equality).
+/// `expected` is contained in `actual` (objects by key, arrays of the same length element by
+/// element, everything else by equality).
 pub fn contains(actual: &Value, expected: &Value) -> bool {
     match (actual, expected) {
         (Value::Object(actual), Value::Object(expected)) => {
             expected.iter().all(|(key, value)| actual.get(key).is_some_and(|found| contains(found, value)))
+        }
+        (Value::Array(actual), Value::Array(expected)) => {
+            actual.len() == expected.len() && actual.iter().zip(expected).all(|(found, value)| contains(found, value))
         }
         _ => actual == expected,
     }
