@@ -4,6 +4,7 @@
 //! multi-thread tokio runtime; [`retention`] checks idempotency expiry with explicit times.
 
 pub mod activity;
+mod fanout;
 mod races;
 mod retention;
 pub mod votes;
@@ -80,6 +81,7 @@ pub async fn store_contract(store: Arc<dyn Store>) {
     runs_list_newest_first_with_filters(store.clone()).await;
     interrupts_and_votes_are_durable_and_one_resolution_wins(store.clone()).await;
     host_settings_round_trip(store.clone()).await;
+    fanout::fan_out_records_round_trip(store.clone()).await;
     crash_points_lose_and_duplicate_nothing(store).await;
 }
 

@@ -17,17 +17,26 @@ use crate::keys::{
 };
 
 /// The newest item format this build reads and writes (`format`, on pages, run items, votes,
-/// markers and outbox entries): 3 for a delta page (the state is the newest checkpoint and
-/// the deltas after it, [`crate::delta`]); 2 for every other item since votes are items of
-/// their own and a run's state keeps a tally. Items without the attribute are format 1
-/// (their states may carry votes, which still count).
+/// markers, slots and outbox entries): 4 for a page whose state holds a parallel fan-out
+/// (its counters, and per-child slot records an older build would misread as nodes; a
+/// checkpoint leaves the slot records to their own items, `store/slots.rs`) and for those
+/// slot items; 3 for another delta page (the state is the newest checkpoint and the deltas
+/// after it, [`crate::delta`]); 2 for every other item since votes are items of their own
+/// and a run's state keeps a tally. Items without the attribute are format 1 (their states
+/// may carry votes, which still count).
 ///
 /// A newer format is refused as `Unavailable` — retryable, never `Corrupt` and never a failed
 /// run: during a deployment old and new instances overlap, and the message or request comes
 /// back to an instance that reads it. The number moves only for a change an older reader
 /// would misread; an attribute older readers safely ignore (a page's `next`, see
 /// [`page_item`]) keeps it.
-pub(crate) const FORMAT: u64 = 3;
+pub(crate) const FORMAT: u64 = FAN_OUT_FORMAT;
+
+/// The format of a delta page without a fan-out.
+pub(crate) const DELTA_FORMAT: u64 = 3;
+
+/// The format of a page whose state holds a parallel fan-out.
+pub(crate) const FAN_OUT_FORMAT: u64 = 4;
 
 /// The format of every item but a delta page: an older (format-2) instance still reads them.
 pub(crate) const BASE_FORMAT: u64 = 2;
@@ -208,9 +217,12 @@ pub(crate) fn page_item(
         }
         PageBody::Delta(delta) => {
             item.insert("delta".into(), s(json(delta)?));
-            FORMAT
+            DELTA_FORMAT
         }
     };
+    let fans_out =
+        run.nodes.iter().any(|(key, node)| node.fan_out.is_some() || trellis_core::engine::is_fan_out_record(key));
+    let format = if fans_out { FAN_OUT_FORMAT } else { format };
     item.insert("next_sequence".into(), n(run.next_sequence));
     item.insert("events".into(), s(json(&events)?));
     if proven_by_successor(effects) {

@@ -22,6 +22,14 @@ pub(crate) fn page_sk(version: u64) -> String {
     format!("V#{version:020}")
 }
 
+/// Fan-out slot records (`trellis_core::engine::is_fan_out_record`), one item each.
+pub(crate) const SLOT_PREFIX: &str = "SLOT#";
+
+/// The item of fan-out record `record_key` (`<nodeId>#<k>`, `<nodeId>#items`).
+pub(crate) fn slot_sk(record_key: &str) -> String {
+    format!("{SLOT_PREFIX}{record_key}")
+}
+
 /// "Effects sent" markers, one per page.
 pub(crate) const MARKER_PREFIX: &str = "S#";
 

@@ -12,6 +12,7 @@
 //! | outbox entry        | `OUTBOX#<bucket:020>#<shard>`          | `<writtenAt:020>#<runId>#<version:020>` | a page the reconciler looks at: an API commit with effects, or a failed send; 10-minute buckets, 4 shards, TTL 7 days |
 //! | run item            | `RUN#<runId>`                          | `STATE`                | tenant, status, creation time, `gsi1pk`/`gsi1sk` for listing; rewritten on status transitions only |
 //! | vote                | `RUN#<runId>`                          | `VOTE#<interruptId>#<sha256(voter)>` | one approval vote; the run's state keeps the tally |
+//! | fan-out slot        | `RUN#<runId>`                          | `SLOT#<recordKey>`     | one record of a parallel fan-out (`<nodeId>#<k>`, `<nodeId>#items`) in `doc`, with `owner_activation`; written with every commit that touches it, outside the checkpoint (see `store/slots.rs`) |
 //! | idempotency record  | `IDEM#<tenant>#<sha256(endpoint:key)>` | `IDEM`                 | `state` pending (leased) or completed (with the answer); `expires_at` = creation + retention |
 //! | workflow definition | `WF#<namespace>#<workflowId>`          | `H#<contentHash>`      | `version` label, `seq` orders versions |
 //! | workflow directory  | `WFDIR#<namespace>`                    | `<workflowId>`         | lists a namespace's ids by query |
@@ -26,9 +27,11 @@
 //! carry `expires_at` too (creation plus `limits::IDEMPOTENCY_RETENTION_SECONDS`); TTL
 //! deletion is lazy, so claims and keyed creates treat an older record as absent.
 //!
-//! Pages, run items, votes, markers and outbox entries carry `format`: 3 on a delta page, 2
-//! on everything else (votes are items, the state keeps a tally), so an instance of the
-//! previous build reads checkpoints and refuses deltas as retryable; an item without it is
+//! Pages, run items, votes, markers, slots and outbox entries carry `format`: 4 on a page
+//! whose state holds a parallel fan-out (its checkpoint lacks the slot records) and on slot
+//! items, 3 on another delta page, 2 on everything else (votes are items, the state keeps a
+//! tally), so an instance of the previous build reads checkpoints and refuses deltas and
+//! fan-outs as retryable; an item without it is
 //! format 1, still read (its state's votes still count); a newer format is
 //! `StoreError::Unavailable` (retryable: a deployment overlaps old and new instances), never
 //! `Corrupt`.
@@ -51,11 +54,18 @@
 //! the parent carried out by the committing call gets no marker either: the child existing
 //! (or the parent no longer waiting) proves the start, the parent no longer waiting the notice.
 //! The reconciler reads outbox entries of recent commits, not the table. Creation and
-//! status transitions also write the run item, in one `TransactWriteItems` with a
-//! `ClientRequestToken` derived from the run id and version (an ambiguous retry of a commit
+//! status transitions also write the run item, and a commit that touches fan-out slot
+//! records writes their items (a put, or a delete for a removed record), in one
+//! `TransactWriteItems` with a `ClientRequestToken` derived from the run id and version (an ambiguous retry of a commit
 //! that landed reads as success; `TransactionConflict` is retried with jittered backoff).
 //! DynamoDB's limits — 100 items and 4 MB per transaction, 400 KB per item — are checked
 //! before sending and reported as `StoreError::LimitExceeded`, never retried.
+//!
+//! A parallel fan-out keeps no item growing with its children: the checkpoint carries the
+//! fan-out node's counters, each child's record is its slot item (a child's end is a delta
+//! page and its slot item in one transaction: 4 write units where a plain step costs 1), and
+//! a state rebuilt from a checkpoint reads the slots of each fanning node with one query.
+//! The join's deletes ride in its transaction when they fit, else they follow it.
 //!
 //! Cost per sequential `core.noop` step (a delta page under 1 KB, no marker, a checkpoint
 //! every few steps, the run cached): about 1.3–1.4 write units and 1 read unit at any

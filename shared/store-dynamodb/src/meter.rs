@@ -44,6 +44,13 @@ impl Meter {
         self.write_requests.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A batch of standard writes (one request) of `items`.
+    pub(crate) fn batch(&self, items: &[&Item]) {
+        let units: u64 = items.iter().map(|item| kb(item_size(item))).sum();
+        self.write_units.fetch_add(units, Ordering::Relaxed);
+        self.write_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A standard write (put, update or delete) of an item of `bytes`.
     pub(crate) fn write(&self, bytes: usize) {
         self.write_units.fetch_add(kb(bytes), Ordering::Relaxed);

@@ -1,13 +1,8 @@
 //! [`DynamoStore`]: the store ports over the single table.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use aws_sdk_dynamodb::Client;
 use serde_json::Value;
 use trellis_core::engine::Effect;
@@ -21,16 +16,18 @@ use trellis_core::run::Changes;
 use trellis_core::timefmt::Millis;
 use trellis_core::{RunEvent, RunState, StoreError};
 
-use crate::codec::{self, check_limits, get_n, get_s, n, s, Item, PageBody};
-use crate::delta::{header_of, CheckpointPolicy, Delta};
-use crate::errors::{is_size_limit, unavailable, unless_condition_failed};
+use crate::codec::{self, check_limits, get_n, get_s, n, s, Item};
+use crate::errors::{unavailable, unless_condition_failed};
 use crate::keys::{self, PK, RUNS_BY_TENANT, SK};
 use crate::meter::Meter;
 
 mod hot;
 mod outbox;
 mod reads;
+pub(crate) mod slots;
+mod transact;
 pub use outbox::UnsentPage;
+use transact::TransactOutcome;
 
 /// Items per request of a prefix query.
 #[derive(Debug, Clone, Copy)]
@@ -40,9 +37,6 @@ pub(crate) enum Paging {
     /// This many first, then four times as many as the request before (at most 1,000).
     Growing(i32),
 }
-
-/// How often a commit is retried after `TransactionConflict` or an ambiguous failure.
-const COMMIT_ATTEMPTS: u32 = 6;
 
 /// The DynamoDB store.
 #[derive(Debug, Clone)]
@@ -59,21 +53,8 @@ pub struct DynamoStore {
 /// How long a run's items are kept after its creation unless configured otherwise.
 pub const DEFAULT_RETENTION_DAYS: u64 = 30;
 
-/// How a transaction ended, in the terms the store needs.
-enum TransactOutcome {
-    Done,
-    /// `ConditionalCheckFailed` on the item at this index.
-    ConditionFailed(usize),
-}
-
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-fn jitter(attempt: u32) -> Duration {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let base = 20u64 << attempt.min(6);
-    Duration::from_millis(base + u64::from(nanos) % base)
 }
 
 impl DynamoStore {
@@ -123,83 +104,6 @@ impl DynamoStore {
     /// The request units this store has used so far (see [`Meter`]).
     pub fn usage(&self) -> crate::Usage {
         self.meter.usage()
-    }
-
-    fn put(&self, item: Item, condition: Option<&str>) -> TransactWriteItem {
-        let mut put = Put::builder().table_name(&self.table).set_item(Some(item));
-        if let Some(condition) = condition {
-            put = put.condition_expression(condition);
-        }
-        if condition.is_some_and(|c| c.contains("#st")) {
-            put = put.expression_attribute_names("#st", "state");
-        }
-        if condition.is_some_and(|c| c.contains(":v")) {
-            put = put.return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None);
-        }
-        TransactWriteItem::builder().put(put.build().expect("put has table and item")).build()
-    }
-
-    /// Runs a transaction, retrying `TransactionConflict` and transport failures with the
-    /// same token (DynamoDB answers a repeated token idempotently for ten minutes).
-    async fn transact(
-        &self,
-        items: Vec<TransactWriteItem>,
-        values: Vec<(&str, aws_sdk_dynamodb::types::AttributeValue)>,
-        token: String,
-    ) -> Result<TransactOutcome, StoreError> {
-        let items = attach_values(items, &values);
-        let mut last = StoreError::Unavailable("no attempt made".into());
-        for attempt in 0..COMMIT_ATTEMPTS {
-            let sent = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items.clone()))
-                .client_request_token(&token)
-                .send()
-                .await;
-            match sent {
-                Ok(_) => {
-                    let written: Vec<&Item> =
-                        items.iter().filter_map(|item| item.put().map(|put| put.item())).collect();
-                    self.meter.transaction(&written);
-                    return Ok(TransactOutcome::Done);
-                }
-                Err(SdkError::ServiceError(service)) => {
-                    let error = service.into_err();
-                    match error {
-                        TransactWriteItemsError::TransactionCanceledException(cancelled) => {
-                            let reasons = cancelled.cancellation_reasons();
-                            if let Some(index) = reasons.iter().position(|r| r.code() == Some("ConditionalCheckFailed"))
-                            {
-                                return Ok(TransactOutcome::ConditionFailed(index));
-                            }
-                            if reasons.iter().any(|r| r.code() == Some("ValidationError")) {
-                                return Err(StoreError::LimitExceeded(format!("{cancelled:?}")));
-                            }
-                            last = StoreError::Unavailable(format!("transaction cancelled: {reasons:?}"));
-                        }
-                        TransactWriteItemsError::TransactionInProgressException(_) => {
-                            last = StoreError::Unavailable("transaction in progress".into());
-                        }
-                        // The same token already committed other items: another writer won
-                        // the race for this version.
-                        TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
-                            return Ok(TransactOutcome::ConditionFailed(0));
-                        }
-                        other => {
-                            let error = SdkError::<TransactWriteItemsError, ()>::service_error(other, ());
-                            if is_size_limit(&error) {
-                                return Err(StoreError::LimitExceeded(format!("{error:?}")));
-                            }
-                            return Err(unavailable(error));
-                        }
-                    }
-                }
-                Err(other) => last = unavailable(other),
-            }
-            tokio::time::sleep(jitter(attempt)).await;
-        }
-        Err(last)
     }
 
     /// Visits the items of partition `pk` whose sort key starts with `prefix` (newest first
@@ -267,93 +171,6 @@ impl DynamoStore {
         }
     }
 
-    /// The page of `run`'s commit: a delta when `changes` are tracked, the writer knows the
-    /// run's checkpoint policy at `expected_version` and the policy allows it; else a
-    /// checkpoint. Returns the item and the basis for a delta on it.
-    fn page_for(
-        &self,
-        run: &RunState,
-        expected_version: Option<u64>,
-        changes: &Changes,
-        events: &[RunEvent],
-        effects: &[Effect],
-        written_at: u64,
-    ) -> Result<(Item, hot::Basis), StoreError> {
-        let expires_at = self.expires_at(run);
-        let basis = expected_version
-            .filter(|_| self.delta_pages && !changes.all)
-            .and_then(|v| self.hot.basis_at(&run.run_id, v));
-        if let Some((policy, before)) = basis {
-            let (delta, header) = Delta::of(run, changes, &before)?;
-            let page = codec::page_item(run, PageBody::Delta(&delta), events, effects, written_at, expires_at)?;
-            let bytes = codec::item_size(&page);
-            if policy.allows_delta(bytes) {
-                return Ok((page, (policy.after_delta(bytes), std::sync::Arc::new(header))));
-            }
-        }
-        let page = codec::page_item(run, PageBody::Full(run), events, effects, written_at, expires_at)?;
-        let bytes = codec::item_size(&page);
-        Ok((page, (CheckpointPolicy::checkpoint(bytes), std::sync::Arc::new(header_of(run)?))))
-    }
-
-    /// Writes `page` alone (a commit that changes no status), or with the run item in one
-    /// transaction (creation and status transitions), never overwriting an existing page.
-    async fn write_page(
-        &self,
-        run: &RunState,
-        page: Item,
-        has_effects: bool,
-        written_at: u64,
-        extra: Vec<(Item, Option<&'static str>)>,
-        values: Vec<(&str, aws_sdk_dynamodb::types::AttributeValue)>,
-    ) -> Result<TransactOutcome, StoreError> {
-        check_limits(&[&page])?;
-        if self.outbox_entries && has_effects {
-            // Before the commit, so a crash right after it leaves the entry; an entry whose
-            // page was never written (or lost the race) is skipped by the reconciler.
-            self.enlist_outbox(&run.run_id, run.version, written_at).await?;
-        }
-        if extra.is_empty() {
-            let size = codec::item_size(&page);
-            let written = self
-                .client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(page.clone()))
-                .condition_expression("attribute_not_exists(pk)")
-                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                .send()
-                .await;
-            return match written {
-                Ok(_) => {
-                    self.meter.write(size);
-                    Ok(TransactOutcome::Done)
-                }
-                Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
-                    // The SDK retries a request whose answer it lost; if the first attempt
-                    // landed, the page there is this very page (same content, same
-                    // `written_at`): the commit is ours, not a lost race.
-                    let PutItemError::ConditionalCheckFailedException(failed) = service.into_err() else {
-                        unreachable!("checked above")
-                    };
-                    if failed.item() == Some(&page) {
-                        self.meter.write(size);
-                        return Ok(TransactOutcome::Done);
-                    }
-                    Ok(TransactOutcome::ConditionFailed(0))
-                }
-                Err(error) if is_size_limit(&error) => Err(StoreError::LimitExceeded(format!("{error:?}"))),
-                Err(error) => Err(unavailable(error)),
-            };
-        }
-        let mut items = vec![(page, Some("attribute_not_exists(pk)"))];
-        items.extend(extra);
-        check_limits(&items.iter().map(|(item, _)| item).collect::<Vec<_>>())?;
-        let writes = items.into_iter().map(|(item, condition)| self.put(item, condition)).collect();
-        let token = keys::commit_token(&run.run_id, run.version);
-        self.transact(writes, values, token).await
-    }
-
     async fn get(&self, key: Item) -> Result<Option<Item>, StoreError> {
         let output = self
             .client
@@ -395,34 +212,6 @@ impl DynamoStore {
         }
         best.map(|(_, item)| codec::decode_workflow(item)).transpose()
     }
-}
-
-/// Condition expressions reference `:values`; every put of a transaction gets the ones its
-/// expression uses.
-fn attach_values(
-    items: Vec<TransactWriteItem>,
-    values: &[(&str, aws_sdk_dynamodb::types::AttributeValue)],
-) -> Vec<TransactWriteItem> {
-    items
-        .into_iter()
-        .map(|item| {
-            let Some(put) = item.put() else { return item };
-            let condition = put.condition_expression().unwrap_or("");
-            let used: Vec<_> = values.iter().filter(|(name, _)| condition.contains(name)).collect();
-            if used.is_empty() {
-                return item;
-            }
-            let mut builder = Put::builder()
-                .table_name(put.table_name())
-                .set_item(Some(put.item().clone()))
-                .condition_expression(condition)
-                .set_expression_attribute_names(put.expression_attribute_names().cloned());
-            for (name, value) in used {
-                builder = builder.expression_attribute_values(*name, value.clone());
-            }
-            TransactWriteItem::builder().put(builder.build().expect("put has table and item")).build()
-        })
-        .collect()
 }
 
 #[async_trait]
@@ -535,7 +324,8 @@ impl RunStore for DynamoStore {
         }
         let written_at = now_ms();
         let (page, basis) = self.page_for(run, None, &Changes::all(), events, effects, written_at)?;
-        match self.write_page(run, page, !effects.is_empty(), written_at, extra, values).await? {
+        let slots = slots::slot_writes(run, &Changes::all(), self.expires_at(run))?;
+        match self.write_page(run, page, !effects.is_empty(), written_at, extra, values, slots).await? {
             TransactOutcome::Done => {
                 self.hot.put(&run.run_id, run.version, None, basis);
                 Ok(CreateResult::Created)
@@ -590,7 +380,8 @@ impl RunStore for DynamoStore {
         }
         // A commit that changes the status (to waiting, paused, terminal — or back to
         // running) also rewrites the run item (the listing index); one whose events cast
-        // votes writes each vote's item; plain progress writes the page alone.
+        // votes writes each vote's item; one that touches fan-out records writes their items
+        // (`slots`); plain progress writes the page alone.
         let mut extra = if run.status_version == run.version {
             vec![(codec::run_item(run, self.expires_at(run)), None)]
         } else {
@@ -599,9 +390,14 @@ impl RunStore for DynamoStore {
         for (interrupt_id, vote) in events.iter().filter_map(counted_vote) {
             extra.push((codec::vote_item(&run.run_id, &interrupt_id, &vote, self.expires_at(run)), None));
         }
+        // The fan-out records it touched are items of their own, written with the page.
+        let mut slots = slots::slot_writes(run, changes, self.expires_at(run))?;
+        if changes.all {
+            slots.extend(self.stale_slots(run).await?);
+        }
         let written_at = now_ms();
         let (page, basis) = self.page_for(run, Some(expected_version), changes, events, effects, written_at)?;
-        match self.write_page(run, page, !effects.is_empty(), written_at, extra, Vec::new()).await {
+        match self.write_page(run, page, !effects.is_empty(), written_at, extra, Vec::new(), slots).await {
             Ok(TransactOutcome::Done) => {
                 self.hot.put(&run.run_id, run.version, None, basis);
                 Ok(())

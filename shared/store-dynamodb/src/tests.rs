@@ -9,6 +9,8 @@ use trellis_testkit::external::Service;
 
 use crate::{client_from_env, create_table, DynamoStore};
 
+mod slots;
+
 fn require_emulator() {
     trellis_testkit::external::require_emulators(&[Service::DynamoDb]);
 }
@@ -124,7 +126,7 @@ async fn delta_pages_rebuild_the_same_state_warm_cold_and_across_writers() {
     assert!(largest - smallest <= 100, "delta pages of {smallest}..{largest} B");
     let largest_checkpoint = checkpoints.iter().map(|item| crate::item_size(item)).max().unwrap();
     assert!(largest_checkpoint > 3 * largest, "checkpoint {largest_checkpoint} B, delta {largest} B");
-    assert!(deltas.iter().all(|item| crate::codec::get_n(item, "format") == Ok(crate::codec::FORMAT)));
+    assert!(deltas.iter().all(|item| crate::codec::get_n(item, "format") == Ok(crate::codec::DELTA_FORMAT)));
     // With delta pages off, a writer writes checkpoints only (and still reads deltas).
     let cautious = DynamoStore::new(client.clone(), table.clone()).with_retention_days(36_500).with_delta_pages(false);
     let mut again = trellis_core::testing::pending_run(&workflow, "run-cautious", "t");

@@ -155,7 +155,11 @@ impl DynamoStore {
             let sent = self.sent_versions(run_id).await?;
             let pages = self.pages_newest_first(run_id, 16, |_| false).await?;
             let newest = match codec::fold_newest_first(&pages)? {
-                Some(newest) => Some(newest),
+                Some(mut newest) => {
+                    // A child start of a slot is checked against the slot's record.
+                    self.load_slots(&mut newest).await?;
+                    Some(newest)
+                }
                 // No checkpoint among them (should not happen: they are all of the run's pages).
                 None if pages.is_empty() => return Ok(Vec::new()),
                 None => self.load_run(run_id).await?,

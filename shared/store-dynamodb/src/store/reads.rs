@@ -1,5 +1,6 @@
 //! Reading a run's state: from this instance's cached copy and the pages written after it
-//! (one small query), or from the newest checkpoint page and the deltas after it.
+//! (one small query), or from the newest checkpoint page and the deltas after it — and,
+//! when that state fans out, its slot items (`super::slots`), read after the pages.
 
 use trellis_core::{RunState, StoreError};
 
@@ -96,9 +97,10 @@ impl DynamoStore {
         if newest.expires_at.is_some_and(|at| at <= now_ms() / 1000) {
             return Ok(None);
         }
-        let state = codec::fold_newest_first(&pages)?.ok_or_else(|| {
+        let mut state = codec::fold_newest_first(&pages)?.ok_or_else(|| {
             StoreError::Corrupt(format!("run {run_id} has no checkpoint page before its delta pages"))
         })?;
+        self.load_slots(&mut state).await?;
         let mut policy = CheckpointPolicy::default();
         for page in pages.iter().rev() {
             policy = if page.is_checkpoint() {
@@ -111,7 +113,9 @@ impl DynamoStore {
     }
 
     /// `state` (at its version when cached) moved on by the pages written after it (`None`
-    /// inside when the run expired); `None` when it is too far behind.
+    /// inside when the run expired); `None` when it is too far behind. Across a checkpoint
+    /// the fan-out records come from their items (a checkpoint does not carry them, nor
+    /// which of them its commit touched).
     async fn catch_up(
         &self,
         run_id: &str,
@@ -123,17 +127,22 @@ impl DynamoStore {
         if expires_at <= now_ms() / 1000 {
             return Ok(Some(None));
         }
+        let mut checkpointed = false;
         for page in newer {
             match page.body()? {
                 Body::Full(full) => {
                     state = *full;
                     policy = CheckpointPolicy::checkpoint(page.bytes);
+                    checkpointed = true;
                 }
                 Body::Delta(delta) => {
                     delta.apply(&mut state)?;
                     policy = policy.after_delta(page.bytes);
                 }
             }
+        }
+        if checkpointed {
+            self.load_slots(&mut state).await?;
         }
         Ok(Some(Some((state, policy))))
     }
