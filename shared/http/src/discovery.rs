@@ -287,7 +287,7 @@ mod tests {
         assert_eq!(dispatch["fanOutPolicies"], json!(["sequential", "reject", "parallel"]));
         assert_eq!(dispatch["joinModes"], json!(["wait-all", "quorum", "first", "race"]));
         assert_eq!(dispatch["onChildFailureModes"], json!(["collect", "fail-fast", "absorb"]));
-        assert_eq!((dispatch["maxFanOut"].as_u64(), dispatch["maxChildren"].as_u64()), (Some(64), Some(10_000)));
+        assert_eq!((dispatch["maxFanOut"].as_u64(), dispatch["maxChildren"].as_u64()), (Some(64), Some(1_000)));
         let node_types = document["nodeTypes"].as_array().expect("nodeTypes");
         assert!(node_types.contains(&json!("vendor.trellis.forEach")), "{node_types:?}");
     }

@@ -34,8 +34,13 @@ use crate::orchestrator::dispatch::{DispatchConfig, JoinMode, JoinPolicy, OnChil
 use crate::orchestrator::{self, Decision};
 use crate::run::{parse_slot_key, slot_key, FanOutProgress, NodeStatus, RunError, RunStatus, SLOT_SEPARATOR};
 
-/// Most children one fan-out may have (a decision's workers, a loop's items).
-pub const MAX_CHILDREN: u32 = 10_000;
+/// Most children one fan-out may have (a decision's workers, a loop's items): what a join's
+/// outputs for that many children keep within [`MAX_JOIN_BYTES`] and one DynamoDB item.
+pub const MAX_CHILDREN: u32 = 1_000;
+/// The most a join may write as the node's outputs (a dispatch's `children` and
+/// `mergeOrder`) or as a loop's results variable, serialized; more fails the node with
+/// `fan_out_result_too_large` rather than a commit the store refuses.
+pub const MAX_JOIN_BYTES: usize = 256 * 1024;
 /// Most children of a fan-out running at once (`dispatch.maxFanOut`).
 pub const MAX_WIDTH: u32 = 64;
 /// Most child runs one run may start, of every kind, unless `settings.maxChildRuns` says
@@ -498,6 +503,9 @@ impl Transition<'_> {
         outputs.insert("joinOutcome".into(), json!(outcome.as_str()));
         outputs.insert("children".into(), Value::Array(listed));
         outputs.insert("mergeOrder".into(), json!(merge_order));
+        if let Some(error) = too_large(&outputs, "the dispatch's outputs (children, mergeOrder)") {
+            return self.fail_node(node_id, error);
+        }
         self.complete_node(node_id, outputs, false);
     }
 
@@ -520,7 +528,11 @@ impl Transition<'_> {
             }
             results[child.index as usize] = result;
         }
-        self.set_variable(&config.results_variable, Value::Array(results));
+        let results = Value::Array(results);
+        if let Some(error) = too_large(&results, "the loop's results (narrow them with outputVariables)") {
+            return self.fail_node(node_id, error);
+        }
+        self.set_variable(&config.results_variable, results);
         let payload = json!({ "nodeId": node_id, "outcome": outcome.as_str(), "completedCount": progress.completed,
                               "failedCount": progress.failed, "cancelledCount": progress.cancelled });
         self.emit(LOOP_FINISHED, Some(node_id), payload);
@@ -578,6 +590,19 @@ pub(super) fn loop_item_inputs(
 /// Whether a node record is a fan-out's (a slot or a loop's items), not a workflow node's.
 pub fn is_fan_out_record(key: &str) -> bool {
     key.contains(SLOT_SEPARATOR)
+}
+
+/// `fan_out_result_too_large` when `value` serializes to more than [`MAX_JOIN_BYTES`].
+fn too_large(value: &impl serde::Serialize, what: &str) -> Option<RunError> {
+    let bytes = serde_json::to_vec(value).map_or(usize::MAX, |encoded| encoded.len());
+    (bytes > MAX_JOIN_BYTES).then(|| {
+        let mut error = RunError::new(
+            "fan_out_result_too_large",
+            format!("{what} would take {bytes} bytes; a join writes at most {MAX_JOIN_BYTES}"),
+        );
+        error.details = Some(json!({ "bytes": bytes, "limit": MAX_JOIN_BYTES }));
+        error
+    })
 }
 
 fn child_entry(child: &Ended) -> Value {

@@ -728,3 +728,28 @@ fn fan_out_and_join_payloads_validate_against_the_rfc_0118_schemas() {
         assert!(crate::schema::check_against(&rfc_0118_def("dispatchJoin"), &extra).is_err());
     }
 }
+
+#[test]
+fn results_past_the_join_bound_fail_the_node_with_a_clear_code_and_outputvariables_narrow_them() {
+    let big = "x".repeat(100 * 1024);
+    for (config, fails) in [
+        (json!({"items": [1, 2, 3], "workflowId": "child"}), true),
+        (json!({"items": [1, 2, 3], "workflowId": "child", "outputVariables": ["small"]}), false),
+    ] {
+        let wf = loop_workflow(config);
+        let (mut state, _) = looped(&wf, json!({}));
+        for k in 0..3 {
+            end(&wf, &mut state, &format!("loop#{k}"), RunStatus::Completed, json!({"blob": big, "small": k}));
+        }
+        if fails {
+            let error = state.error.clone().expect("the run failed");
+            assert_eq!(error.code, "fan_out_result_too_large");
+            assert_eq!(error.details.as_ref().unwrap()["limit"], json!(MAX_JOIN_BYTES));
+            assert!(!state.variables.contains_key("results"), "nothing half-written");
+        } else {
+            assert_eq!(state.status, RunStatus::Completed);
+            assert_eq!(state.variables["results"][2]["outputs"], json!({"small": 2}));
+        }
+        assert!(slots_left(&state).is_empty());
+    }
+}
