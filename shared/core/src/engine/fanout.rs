@@ -37,8 +37,8 @@ use crate::run::{parse_slot_key, slot_key, FanOutProgress, NodeStatus, RunError,
 /// Most children one fan-out may have (a decision's workers, a loop's items): what a join's
 /// outputs for that many children keep within [`MAX_JOIN_BYTES`] and one DynamoDB item.
 pub const MAX_CHILDREN: u32 = 1_000;
-/// The most a join may write as the node's outputs (a dispatch's `children` and
-/// `mergeOrder`) or as a loop's results variable, serialized; more fails the node with
+/// The most a join may write as a loop's results variable (half of it as a dispatch's
+/// outputs, which a commit carries twice), serialized; more fails the node with
 /// `fan_out_result_too_large` rather than a commit the store refuses.
 pub const MAX_JOIN_BYTES: usize = 256 * 1024;
 /// Most children of a fan-out running at once (`dispatch.maxFanOut`).
@@ -502,8 +502,9 @@ impl Transition<'_> {
         outputs.insert("decision".into(), json!("next-worker"));
         outputs.insert("joinOutcome".into(), json!(outcome.as_str()));
         outputs.insert("children".into(), Value::Array(listed));
-        outputs.insert("mergeOrder".into(), json!(merge_order));
-        if let Some(error) = too_large(&outputs, "the dispatch's outputs (children, mergeOrder)") {
+        // Half the bound: the outputs ride in the commit twice (on `node.completed` and in the
+        // node's record), next to the join event's `mergeOrder`.
+        if let Some(error) = too_large(&outputs, MAX_JOIN_BYTES / 2, "the dispatch's outputs (children)") {
             return self.fail_node(node_id, error);
         }
         self.complete_node(node_id, outputs, false);
@@ -529,7 +530,9 @@ impl Transition<'_> {
             results[child.index as usize] = result;
         }
         let results = Value::Array(results);
-        if let Some(error) = too_large(&results, "the loop's results (narrow them with outputVariables)") {
+        if let Some(error) =
+            too_large(&results, MAX_JOIN_BYTES, "the loop's results (narrow them with outputVariables)")
+        {
             return self.fail_node(node_id, error);
         }
         self.set_variable(&config.results_variable, results);
@@ -592,15 +595,15 @@ pub fn is_fan_out_record(key: &str) -> bool {
     key.contains(SLOT_SEPARATOR)
 }
 
-/// `fan_out_result_too_large` when `value` serializes to more than [`MAX_JOIN_BYTES`].
-fn too_large(value: &impl serde::Serialize, what: &str) -> Option<RunError> {
+/// `fan_out_result_too_large` when `value` serializes to more than `limit` bytes.
+fn too_large(value: &impl serde::Serialize, limit: usize, what: &str) -> Option<RunError> {
     let bytes = serde_json::to_vec(value).map_or(usize::MAX, |encoded| encoded.len());
-    (bytes > MAX_JOIN_BYTES).then(|| {
+    (bytes > limit).then(|| {
         let mut error = RunError::new(
             "fan_out_result_too_large",
-            format!("{what} would take {bytes} bytes; a join writes at most {MAX_JOIN_BYTES}"),
+            format!("{what} would take {bytes} bytes; a join writes at most {limit}"),
         );
-        error.details = Some(json!({ "bytes": bytes, "limit": MAX_JOIN_BYTES }));
+        error.details = Some(json!({ "bytes": bytes, "limit": limit }));
         error
     })
 }
