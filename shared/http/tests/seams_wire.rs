@@ -137,3 +137,16 @@ async fn a_callback_url_is_accepted_when_absolute_http_and_refused_by_name_other
     let (status, answer) = h.post_as("/v1/runs", "alice-key", body).await;
     assert!(status.is_success(), "{answer}");
 }
+
+#[tokio::test]
+async fn the_per_item_seam_refuses_more_workers_than_it_simulates_instead_of_cutting_the_list() {
+    let h = harness(true).await;
+    let ids: Vec<&str> = vec!["conformance.child"; 65];
+    let (status, answer) = h.post_as(PER_ITEM, "tester-key", json!({"nextWorkerIds": ids})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_envelope(&answer, "validation_error");
+    assert_eq!(answer["details"]["limit"], 64, "{answer}");
+    let ids: Vec<&str> = vec!["conformance.child"; 64];
+    let (status, answer) = h.post_as(PER_ITEM, "tester-key", json!({"nextWorkerIds": ids})).await;
+    assert_eq!((status, answer["children"].as_array().map(Vec::len)), (StatusCode::OK, Some(64)), "{answer}");
+}

@@ -131,11 +131,30 @@ impl Services {
         match self.store.create_run(&child, &outcome.events, &outcome.effects, None).await {
             Ok(CreateResult::Created) => {
                 self.send_effects(child_run_id, child.version, &outcome.effects).await;
+                self.cancel_if_unexpected(parent_run_id, node_id, child_run_id).await?;
                 Ok(ChildStart::Created)
             }
             Ok(CreateResult::Existing(_)) | Err(StoreError::Conflict) => Ok(ChildStart::AlreadyExists),
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// The parent was read before the child existed: a cancel of the child issued in between
+    /// (the parent cancelled, a fan-out's join deciding without this child) found no run to
+    /// cancel. Read the parent again; if its node no longer waits for the child, cancel it
+    /// now, so no child outlives the parent's wish.
+    async fn cancel_if_unexpected(
+        &self,
+        parent_run_id: &str,
+        node_id: &str,
+        child_run_id: &str,
+    ) -> Result<(), ServiceError> {
+        let parent = self.store.load_run(parent_run_id).await?;
+        if parent.as_ref().is_some_and(|parent| expects(parent, node_id, child_run_id)) {
+            return Ok(());
+        }
+        let input = Input::Cancel { reason: Some(crate::engine::PARENT_CANCELLED.to_owned()) };
+        self.apply_until_committed(child_run_id, input).await
     }
 
     async fn refuse_child(

@@ -29,8 +29,10 @@ use crate::run::{Principal, RunLimits, RunStatus};
 pub const CLAIM_ENDPOINT: &str = "host-sample:concurrent-claim";
 /// How long a seam claim would hold if it were never released.
 const CLAIM_LEASE_MS: u64 = 30_000;
+/// Most workers one per-item simulation runs (a decision naming more is refused).
+const MAX_SEAM_WORKERS: usize = MAX_FAN_OUT;
 /// Most engine inputs one per-item simulation applies (a decision, its workers, the terminate).
-const MAX_SIMULATION_INPUTS: usize = 4 * MAX_FAN_OUT + 16;
+const MAX_SIMULATION_INPUTS: usize = 4 * MAX_SEAM_WORKERS + 16;
 
 /// A per-item dispatch request.
 #[derive(Debug, Clone)]
@@ -54,8 +56,14 @@ impl Services {
     ) -> Result<Value, ServiceError> {
         let decision = Decision::parse(&request.decision)
             .map_err(|problem| ServiceError::validation(problem, json!({ "expected": "NextWorkerDecision" })))?;
-        if !matches!(decision, Decision::NextWorker { .. }) {
+        let Decision::NextWorker { next_worker_ids, .. } = &decision else {
             return Err(ServiceError::validation("the decision must be a next-worker decision", json!({})));
+        };
+        if next_worker_ids.len() > MAX_SEAM_WORKERS {
+            return Err(ServiceError::validation(
+                format!("the per-item seam runs at most {MAX_SEAM_WORKERS} workers"),
+                json!({ "field": "nextWorkerIds", "limit": MAX_SEAM_WORKERS }),
+            ));
         }
         let overlay = self.capability_overlay().await?;
         if !request.input_mapping.is_empty() && !overlay.enabled(Toggle::DispatchMapping) {
@@ -144,6 +152,13 @@ impl Services {
             if run.status.is_terminal() {
                 break;
             }
+        }
+        if !run.status.is_terminal() {
+            // Never a partial list presented as the answer.
+            return Err(ServiceError::validation(
+                "the dispatch simulation did not finish within its bound",
+                json!({ "children": children.len() }),
+            ));
         }
         if run.status == RunStatus::Failed {
             let error = run.error.clone().unwrap_or_else(|| crate::run::RunError::new("internal_error", "failed"));
