@@ -614,7 +614,7 @@ mod tests {
         assert_eq!(proof(&notice()), Proof::ParentMovedOn { parent_run_id: "parent", parent_node_id: "call" });
         let others = [
             Effect::Wake { node_id: "a".into(), activation: 1, due_at: 5 },
-            Effect::CancelChild { child_run_id: "kid-1".into(), due_at: 5 },
+            Effect::CancelChild { child_run_id: "kid-1".into(), reason: None, due_at: 5 },
             Effect::Execute { node_id: "a".into(), activation: 1, attempt: 0, due_at: 5 },
         ];
         for effect in others {

@@ -69,8 +69,10 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
             debug!(run_id = %task.run_id, child = %child_run_id, ?started, "child start");
             return Ok(TaskResult::Applied);
         }
-        Effect::CancelChild { child_run_id, .. } => {
-            (child_run_id.clone(), Input::Cancel { reason: Some(PARENT_CANCELLED.to_owned()) })
+        Effect::CancelChild { child_run_id, reason, .. } => {
+            // A join's loser says why (`join-decided`); a cascade says `parent-cancelled`.
+            let reason = reason.clone().unwrap_or_else(|| PARENT_CANCELLED.to_owned());
+            (child_run_id.clone(), Input::Cancel { reason: Some(reason) })
         }
         Effect::NotifyParent { parent_run_id, parent_node_id, .. } => {
             match services.child_outcome(&task.run_id, parent_node_id).await? {

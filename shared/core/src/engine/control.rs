@@ -466,6 +466,8 @@ impl Transition<'_> {
             };
             self.effects.push(effect);
         }
+        // The fan-outs held by the pause start children again.
+        self.refill_fan_outs();
         Verdict::Applied
     }
 

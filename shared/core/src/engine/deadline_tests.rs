@@ -60,7 +60,7 @@ fn the_parents_deadline_cancels_the_child_it_waits_for_unless_it_does_not_propag
         let breach = apply(&wf, &mut state, Input::Deadline, 1_000);
         assert_eq!(state.status, RunStatus::Failed);
         assert_eq!(state.error.as_ref().map(|e| e.code.as_str()), Some("run_timeout"));
-        let cancel = Effect::CancelChild { child_run_id, due_at: 1_000 };
+        let cancel = Effect::CancelChild { child_run_id, reason: None, due_at: 1_000 };
         assert_eq!(breach.effects.contains(&cancel), propagate, "propagate: {propagate}: {:?}", breach.effects);
     }
 }

@@ -62,6 +62,14 @@ pub const LOOP_ITEM_FINISHED: &str = "trellis.loop.itemFinished";
 /// It joined (debug mode).
 pub const LOOP_FINISHED: &str = "trellis.loop.finished";
 
+/// The reason a join's losers are cancelled with (their `run.cancelled` says so; no cascade).
+pub const JOIN_DECIDED: &str = "join-decided";
+/// A later decision replaced the one a parallel dispatch acts on.
+pub const DECISION_SUPERSEDED: &str = "decision_superseded";
+/// Child errors that fail a join whatever its failure policy: the child could not be created
+/// (a worker id that names no workflow, nesting too deep), so no policy can absorb it.
+const REFUSALS: [&str; 2] = ["unknown_child_workflow", "subworkflow_depth_exceeded"];
+
 /// The suffix of the record holding a loop's items, read from a variable when it started.
 const ITEMS_RECORD: &str = "items";
 
@@ -179,7 +187,7 @@ impl Transition<'_> {
         false
     }
 
-    /// A parallel dispatch of the latest decision's `total` workers (RFC 0118).
+    /// A parallel dispatch of the latest decision's `total` workers (RFC 0118), one or more.
     pub(super) fn dispatch_parallel(&mut self, node_id: &str, config: &DispatchConfig, decision: u64, total: u32) {
         if let JoinMode::Quorum(quorum) = config.join.mode {
             if quorum > total {
@@ -195,9 +203,13 @@ impl Transition<'_> {
             return;
         }
         let width = config.max_concurrency.unwrap_or(MAX_WIDTH).min(self.width_ceiling()).min(total);
-        let payload = json!({ "fanOutPolicy": "parallel", "childCount": total, "maxConcurrency": width,
-                              "joinMode": config.join.mode.as_str() });
-        self.emit(DISPATCH_FAN_OUT, Some(node_id), payload);
+        if total >= 2 {
+            // The closed `core.dispatch.fanOut` schema wants two children at least; one worker
+            // still joins (and emits `core.dispatch.join`).
+            let payload = json!({ "fanOutPolicy": "parallel", "childCount": total, "maxConcurrency": width,
+                                  "joinMode": config.join.mode.as_str() });
+            self.emit(DISPATCH_FAN_OUT, Some(node_id), payload);
+        }
         self.begin_fan_out(node_id, total, width, Some(decision));
     }
 
@@ -209,7 +221,7 @@ impl Transition<'_> {
             Err(message) => return self.fail_node(node_id, RunError::new("validation_error", message)),
         };
         let count = match &config.items {
-            Items::Literal(items) => items.len(),
+            Items::Literal(count) => *count,
             Items::Variable(name) => match self.state.variables.get(name) {
                 Some(Value::Array(items)) => items.len(),
                 other => {
@@ -253,27 +265,108 @@ impl Transition<'_> {
         let node = self.node_mut(node_id);
         node.status = NodeStatus::WaitingChild;
         node.fan_out = Some(FanOutProgress { total, width, decision, ..zero() });
+        // A sequential round before this one leaves its child on the node: the slots hold the
+        // children now, and repair or cancel must not reach the old one.
+        node.child_run_id = None;
+        node.child_workflow_id = None;
+        node.child_status = None;
         self.fill_slots(node_id);
     }
 
-    /// Starts children while the window has room and items are left.
-    fn fill_slots(&mut self, node_id: &str) {
+    /// Starts children while the window has room and items are left. Nothing starts while
+    /// the run is paused or a `drain-current-node` pause is pending (the running children
+    /// drain); `:resume` fills again ([`Self::refill_fan_outs`]).
+    pub(super) fn fill_slots(&mut self, node_id: &str) {
+        if self.state.status == RunStatus::Paused || self.pause_pending() {
+            return;
+        }
+        // A loop's children all run one workflow: resolved once per fill.
+        let loop_workflow = if self.is_dispatch(node_id) {
+            None
+        } else {
+            self.workflow
+                .node(node_id)
+                .and_then(|node| node.config.get("workflowId"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
         loop {
             let Some(progress) = self.state.nodes.get(node_id).and_then(|node| node.fan_out.clone()) else { return };
             if progress.running >= progress.width || progress.started >= progress.total {
                 return;
             }
-            if !self.start_slot(node_id, progress) {
+            if !self.start_slot(node_id, progress, loop_workflow.as_deref()) {
                 return;
             }
         }
     }
 
-    /// Starts the next child; `false` when its workflow cannot be told (the decision or the
-    /// config is gone), and the node has failed.
-    fn start_slot(&mut self, node_id: &str, mut progress: FanOutProgress) -> bool {
+    /// `:resume`: fills every fan-out whose window has room and whose children are not all
+    /// started (held by the pause). Found from the nodes holding a fan-out, not by scanning slots.
+    pub(super) fn refill_fan_outs(&mut self) {
+        let open: Vec<String> = self
+            .state
+            .nodes
+            .iter()
+            .filter(|(_, node)| node.fan_out.as_ref().is_some_and(|p| p.running < p.width && p.started < p.total))
+            .map(|(node_id, _)| node_id.clone())
+            .collect();
+        for node_id in open {
+            self.fill_slots(&node_id);
+        }
+    }
+
+    /// Cancels what is left of `node_id`'s fan-out, which fails by another way than its own
+    /// join: the running children get a `CancelChild`, every slot record and the loop's items
+    /// are removed and the node holds no fan-out any more (nor its reservation of child runs).
+    pub(super) fn abort_fan_out(&mut self, node_id: &str) {
+        let Some(progress) = self.state.nodes.get(node_id).and_then(|node| node.fan_out.clone()) else { return };
+        let now = self.now;
+        for index in 0..progress.started {
+            let key = slot_key(node_id, index);
+            let running = self
+                .state
+                .nodes
+                .get(&key)
+                .filter(|slot| slot.status == NodeStatus::WaitingChild)
+                .and_then(|slot| slot.child_run_id.clone());
+            if let Some(child_run_id) = running {
+                self.effects.push(super::Effect::CancelChild { child_run_id, reason: None, due_at: now });
+            }
+            self.remove_record(&key);
+        }
+        self.remove_record(&format!("{node_id}{SLOT_SEPARATOR}{ITEMS_RECORD}"));
+        self.node_mut(node_id).fan_out = None;
+    }
+
+    /// `decision_superseded` when `node_id` is a parallel dispatch and the run's latest
+    /// decision is not the one its fan-out acts on (its workers and mappings are gone).
+    fn superseded(&self, node_id: &str, progress: &FanOutProgress) -> Option<RunError> {
+        let acting = progress.decision?;
+        let latest = self.state.orchestrator.as_ref().and_then(|o| o.latest.as_ref()).map(|d| d.sequence);
+        (latest != Some(acting)).then(|| {
+            let mut error = RunError::new(
+                DECISION_SUPERSEDED,
+                format!("`{node_id}` fans out decision #{acting}, and a later decision replaced it; its children were cancelled"),
+            );
+            error.details = Some(json!({ "decision": acting, "latestDecision": latest }));
+            error
+        })
+    }
+
+    /// Starts the next child; `false` when its workflow cannot be told (the decision was
+    /// superseded or the config is gone), and the node has failed.
+    fn start_slot(&mut self, node_id: &str, mut progress: FanOutProgress, loop_workflow: Option<&str>) -> bool {
         let index = progress.started;
-        let Some(workflow_id) = self.slot_workflow(node_id, index) else {
+        if let Some(error) = self.superseded(node_id, &progress) {
+            self.fail_node(node_id, error);
+            return false;
+        }
+        let workflow_id = match loop_workflow {
+            Some(workflow_id) => Some(workflow_id.to_owned()),
+            None => self.slot_workflow(node_id, index),
+        };
+        let Some(workflow_id) = workflow_id else {
             let error =
                 RunError::new("internal_error", format!("fan-out child {index} of `{node_id}` has no workflow"));
             self.fail_node(node_id, error);
@@ -357,6 +450,13 @@ impl Transition<'_> {
         let Some(mut progress) = self.state.nodes.get(&node_id).and_then(|node| node.fan_out.clone()) else {
             return super::Verdict::Stale;
         };
+        if let Some(superseded) = self.superseded(&node_id, &progress) {
+            // The mappings of the decision this child ran for are gone: nothing to harvest.
+            self.remove_record(key);
+            self.fail_node(&node_id, superseded);
+            return super::Verdict::Applied;
+        }
+        let refused = error.as_ref().is_some_and(is_refusal);
         let outputs =
             if status == RunStatus::Completed { self.slot_outputs(&node_id, index, variables) } else { Map::new() };
         let merge = progress.ended();
@@ -385,7 +485,9 @@ impl Transition<'_> {
         }
         let policy = self.join_policy(&node_id);
         self.node_mut(&node_id).fan_out = Some(progress.clone());
-        match fold(&progress, policy) {
+        // A child that could not be created fails the join whatever the failure policy.
+        let outcome = if refused { Some(JoinOutcome::Failed) } else { fold(&progress, policy) };
+        match outcome {
             None => self.fill_slots(&node_id),
             Some(outcome) => self.join(&node_id, outcome),
         }
@@ -427,7 +529,11 @@ impl Transition<'_> {
             let workflow_id = slot.child_workflow_id.clone().unwrap_or_default();
             if slot.status == NodeStatus::WaitingChild {
                 // A loser: the join no longer needs it.
-                self.effects.push(super::Effect::CancelChild { child_run_id: child_run_id.clone(), due_at: now });
+                self.effects.push(super::Effect::CancelChild {
+                    child_run_id: child_run_id.clone(),
+                    reason: Some(JOIN_DECIDED.to_owned()),
+                    due_at: now,
+                });
                 losers.push(Ended {
                     index,
                     child_run_id,
@@ -483,7 +589,22 @@ impl Transition<'_> {
                     progress.completed, progress.total, progress.failed, progress.cancelled
                 ),
             );
-            error.details = Some(json!({ "joinOutcome": "failed", "children": listed }));
+            let mut details = json!({ "joinOutcome": "failed", "children": listed });
+            if let Some(refusal) = merged.iter().find_map(|child| child.error.as_ref().filter(|e| is_refusal(e))) {
+                details["cause"] = json!(refusal);
+                error.message = format!("{}; a child could not start: {}", error.message, refusal.message);
+            }
+            error.details = Some(details);
+            return self.fail_node(node_id, error);
+        }
+        let mut outputs = Map::new();
+        outputs.insert("decision".into(), json!("next-worker"));
+        outputs.insert("joinOutcome".into(), json!(outcome.as_str()));
+        outputs.insert("children".into(), Value::Array(listed));
+        // Checked before anything is applied, so a failure route goes on from the variables and
+        // history as they were. Half the bound: the outputs ride in the commit twice (on
+        // `node.completed` and in the node's record), next to the join event's `mergeOrder`.
+        if let Some(error) = too_large(&outputs, MAX_JOIN_BYTES / 2, "the dispatch's outputs (children)") {
             return self.fail_node(node_id, error);
         }
         // Output mappings in merge order: on a collision the child that ended last wins.
@@ -498,15 +619,6 @@ impl Transition<'_> {
                 remember(&mut orchestrator.history, entry);
             }
         }
-        let mut outputs = Map::new();
-        outputs.insert("decision".into(), json!("next-worker"));
-        outputs.insert("joinOutcome".into(), json!(outcome.as_str()));
-        outputs.insert("children".into(), Value::Array(listed));
-        // Half the bound: the outputs ride in the commit twice (on `node.completed` and in the
-        // node's record), next to the join event's `mergeOrder`.
-        if let Some(error) = too_large(&outputs, MAX_JOIN_BYTES / 2, "the dispatch's outputs (children)") {
-            return self.fail_node(node_id, error);
-        }
         self.complete_node(node_id, outputs, false);
     }
 
@@ -518,7 +630,9 @@ impl Transition<'_> {
         for (index, result) in results.iter_mut().enumerate() {
             *result = json!({ "index": index, "status": "not-started" });
         }
-        let first_failure = merged.iter().find(|child| child.status != RunStatus::Completed && child.merge != u32::MAX);
+        let refusal = merged.iter().find(|child| child.error.as_ref().is_some_and(is_refusal));
+        let first_failure = refusal
+            .or_else(|| merged.iter().find(|child| child.status != RunStatus::Completed && child.merge != u32::MAX));
         let failure = first_failure.map(|child| (child.index, child.child_run_id.clone(), child.error.clone()));
         for child in merged {
             let mut result = json!({ "index": child.index, "childRunId": child.child_run_id,
@@ -541,12 +655,16 @@ impl Transition<'_> {
         self.emit(LOOP_FINISHED, Some(node_id), payload);
         if outcome == JoinOutcome::Failed {
             let (index, child_run_id, cause) = failure.unwrap_or((0, String::new(), None));
-            let mut error = RunError::new(
-                "item_failed",
-                format!(
+            let message = match cause.as_ref().filter(|cause| is_refusal(cause)) {
+                Some(refusal) => format!(
+                    "forEach item {index} could not start ({}: {}); the other items were cancelled",
+                    refusal.code, refusal.message
+                ),
+                None => format!(
                     "forEach item {index} did not complete (onItemFailure: fail-fast); the other items were cancelled"
                 ),
-            );
+            };
+            let mut error = RunError::new("item_failed", message);
             error.details = Some(json!({ "index": index, "childRunId": child_run_id, "cause": cause }));
             return self.fail_node(node_id, error);
         }
@@ -566,6 +684,7 @@ impl Transition<'_> {
 /// its index.
 pub(super) fn loop_item_inputs(
     config: &ForEachConfig,
+    node_config: &Map<String, Value>,
     state: &crate::run::RunState,
     node_id: &str,
     index: u32,
@@ -577,7 +696,7 @@ pub(super) fn loop_item_inputs(
         }
     }
     let item = match &config.items {
-        Items::Literal(items) => items.get(index as usize).cloned(),
+        Items::Literal(_) => node_config.get("items").and_then(|items| items.get(index as usize)).cloned(),
         Items::Variable(_) => state
             .nodes
             .get(&format!("{node_id}{SLOT_SEPARATOR}{ITEMS_RECORD}"))
@@ -593,6 +712,11 @@ pub(super) fn loop_item_inputs(
 /// Whether a node record is a fan-out's (a slot or a loop's items), not a workflow node's.
 pub fn is_fan_out_record(key: &str) -> bool {
     key.contains(SLOT_SEPARATOR)
+}
+
+/// Whether a child's error says it could not be created (see [`REFUSALS`]).
+fn is_refusal(error: &RunError) -> bool {
+    REFUSALS.contains(&error.code.as_str())
 }
 
 /// `fan_out_result_too_large` when `value` serializes to more than `limit` bytes.

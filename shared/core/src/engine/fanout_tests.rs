@@ -13,7 +13,7 @@ use crate::model::Workflow;
 use crate::run::{NodeStatus, RunState, RunStatus};
 
 /// A supervisor deciding `next-worker` with `workers`, then a dispatch with `dispatch`.
-fn dispatch_workflow(workers: &[String], dispatch: Value, settings: Value) -> Workflow {
+pub(super) fn dispatch_workflow(workers: &[String], dispatch: Value, settings: Value) -> Workflow {
     let plan = json!({"mockDispatchPlan": [{"kind": "next-worker", "nextWorkerIds": workers}]});
     Workflow::compile(json!({"id": "fan-out", "name": "fan-out", "settings": settings,
         "nodes": [{"id": "sup", "typeId": "core.orchestrator.supervisor", "config": plan},
@@ -22,11 +22,11 @@ fn dispatch_workflow(workers: &[String], dispatch: Value, settings: Value) -> Wo
     .unwrap()
 }
 
-fn workers(count: usize) -> Vec<String> {
+pub(super) fn workers(count: usize) -> Vec<String> {
     (0..count).map(|k| format!("w{k}")).collect()
 }
 
-fn parallel(extra: Value) -> Value {
+pub(super) fn parallel(extra: Value) -> Value {
     let mut config = json!({"fanOutPolicy": "parallel"});
     for (key, value) in extra.as_object().cloned().unwrap_or_default() {
         config[key] = value;
@@ -34,14 +34,14 @@ fn parallel(extra: Value) -> Value {
     config
 }
 
-fn step(wf: &Workflow, state: &mut RunState, node: &str, now: u64) -> Outcome {
+pub(super) fn step(wf: &Workflow, state: &mut RunState, node: &str, now: u64) -> Outcome {
     let activation = state.nodes[node].activation;
     apply(wf, state, Input::Step { node_id: node.into(), activation }, now)
 }
 
 /// A started run whose supervisor decided; returns the state, the decided event's sequence
 /// and the dispatch step's outcome.
-fn dispatched(wf: &Workflow) -> (RunState, u64, Outcome) {
+pub(super) fn dispatched(wf: &Workflow) -> (RunState, u64, Outcome) {
     let mut state = pending(wf, json!({}));
     state.mocks_allowed = true;
     apply(wf, &mut state, Input::Start, 0);
@@ -52,7 +52,7 @@ fn dispatched(wf: &Workflow) -> (RunState, u64, Outcome) {
 }
 
 /// The `(slot key, child run id)` of every StartChild in `outcome`.
-fn starts(outcome: &Outcome) -> Vec<(String, String)> {
+pub(super) fn starts(outcome: &Outcome) -> Vec<(String, String)> {
     outcome
         .effects
         .iter()
@@ -63,7 +63,7 @@ fn starts(outcome: &Outcome) -> Vec<(String, String)> {
         .collect()
 }
 
-fn cancels(outcome: &Outcome) -> BTreeSet<String> {
+pub(super) fn cancels(outcome: &Outcome) -> BTreeSet<String> {
     outcome
         .effects
         .iter()
@@ -74,12 +74,12 @@ fn cancels(outcome: &Outcome) -> BTreeSet<String> {
         .collect()
 }
 
-fn child_of(state: &RunState, key: &str) -> String {
+pub(super) fn child_of(state: &RunState, key: &str) -> String {
     state.nodes[key].child_run_id.clone().unwrap()
 }
 
 /// Ends the child of slot `key` with `status` and `variables`.
-fn end(wf: &Workflow, state: &mut RunState, key: &str, status: RunStatus, variables: Value) -> Outcome {
+pub(super) fn end(wf: &Workflow, state: &mut RunState, key: &str, status: RunStatus, variables: Value) -> Outcome {
     let input = Input::ChildFinished {
         node_id: key.into(),
         child_run_id: child_of(state, key),
@@ -90,15 +90,15 @@ fn end(wf: &Workflow, state: &mut RunState, key: &str, status: RunStatus, variab
     apply(wf, state, input, 10)
 }
 
-fn event<'a>(outcome: &'a Outcome, event_type: &str) -> Option<&'a crate::event::RunEvent> {
+pub(super) fn event<'a>(outcome: &'a Outcome, event_type: &str) -> Option<&'a crate::event::RunEvent> {
     outcome.events.iter().find(|e| e.event_type == event_type)
 }
 
-fn slots_left(state: &RunState) -> Vec<String> {
+pub(super) fn slots_left(state: &RunState) -> Vec<String> {
     state.nodes.keys().filter(|key| key.contains('#')).cloned().collect()
 }
 
-fn ok() -> Value {
+pub(super) fn ok() -> Value {
     json!({})
 }
 
@@ -403,15 +403,30 @@ fn cancel_mid_fan_out_cancels_every_running_child_and_starts_no_other() {
 }
 
 #[test]
-fn one_worker_takes_the_sequential_path() {
-    let wf = dispatch_workflow(&workers(1), parallel(json!({})), json!({}));
-    let (state, _, outcome) = dispatched(&wf);
-    assert!(event(&outcome, DISPATCH_FAN_OUT).is_none());
+fn one_worker_parallel_decision_joins_under_its_policy_without_a_fan_out_event() {
+    let config = parallel(json!({"joinPolicy": {"onChildFailure": "collect"}}));
+    let wf = dispatch_workflow(&workers(1), config, json!({}));
+    let (mut state, decided, outcome) = dispatched(&wf);
+    assert!(event(&outcome, DISPATCH_FAN_OUT).is_none(), "the closed fanOut schema wants two children");
     assert_eq!(outcome.events.iter().filter(|e| e.event_type == "node.dispatched").count(), 1);
     let started = starts(&outcome);
     assert_eq!(started.len(), 1);
-    assert_eq!(started[0].0, "dispatch", "the node itself waits, no slot");
-    assert!(state.nodes["dispatch"].dispatch.is_some() && state.nodes["dispatch"].fan_out.is_none());
+    assert_eq!(started[0].0, "dispatch#0", "a slot, as for many workers");
+    assert!(state.nodes["dispatch"].dispatch.is_none() && state.nodes["dispatch"].fan_out.is_some());
+    // collect: the failed worker makes the join partial, and the run goes on.
+    let last = end(&wf, &mut state, "dispatch#0", RunStatus::Failed, ok());
+    let join = event(&last, DISPATCH_JOIN).unwrap();
+    assert_eq!((join.payload["joinOutcome"].clone(), join.causation), (json!("partial"), Some(decided)));
+    assert_eq!(state.nodes["dispatch"].status, NodeStatus::Completed);
+    assert_eq!(state.nodes["dispatch"].outputs["joinOutcome"], "partial");
+    assert_eq!(state.status, RunStatus::Completed);
+
+    // A quorum above one worker is refused as for many.
+    let config = parallel(json!({"joinPolicy": {"mode": "quorum", "quorum": 2}}));
+    let wf = dispatch_workflow(&workers(1), config, json!({}));
+    let (state, _, outcome) = dispatched(&wf);
+    assert!(starts(&outcome).is_empty());
+    assert_eq!((state.status, state.error.as_ref().unwrap().code.as_str()), (RunStatus::Failed, "validation_error"));
 }
 
 #[test]
@@ -453,13 +468,13 @@ fn settings_limit_child_runs_and_narrow_the_width() {
 
 // ---- vendor.trellis.forEach ----
 
-fn loop_workflow(config: Value) -> Workflow {
+pub(super) fn loop_workflow(config: Value) -> Workflow {
     Workflow::compile(json!({"id": "loop", "name": "loop",
         "nodes": [{"id": "loop", "typeId": "vendor.trellis.forEach", "config": config}], "edges": []}))
     .unwrap()
 }
 
-fn looped(wf: &Workflow, variables: Value) -> (RunState, Outcome) {
+pub(super) fn looped(wf: &Workflow, variables: Value) -> (RunState, Outcome) {
     let mut state = pending(wf, variables);
     apply(wf, &mut state, Input::Start, 0);
     let outcome = step(wf, &mut state, "loop", 1);
@@ -607,6 +622,9 @@ fn a_slots_inputs_are_its_workers_mapping_overlaid_by_its_item() {
     assert_eq!(child_inputs(&wf, &state, "dispatch#0"), object(json!({"contactId": "c0", "region": "eu"})));
     assert_eq!(child_inputs(&wf, &state, "dispatch#1"), object(json!({"contactId": "c9"})));
     assert_eq!(child_inputs(&wf, &state, "dispatch#2"), object(json!({"contactId": "c3"})));
+    // A later decision names none of these slots' workers: they get nothing from it.
+    state.orchestrator.as_mut().unwrap().latest.as_mut().unwrap().sequence += 100;
+    assert_eq!(child_inputs(&wf, &state, "dispatch#0"), Map::new());
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::loopback::LOOPBACK_LIMIT_EXCEEDED;
+use super::loopback::{LOOPBACK_LIMIT_EXCEEDED, LOOPBACK_REGION_ACTIVE};
 use super::tests::{pending, types, workflow};
 use super::*;
 use crate::error::DefinitionError;
@@ -302,4 +302,193 @@ fn parallel_branches_join_at_a_merge() {
     assert_eq!(kinds, ["node.started", "node.completed", "run.completed"]);
     assert_eq!(state.status, RunStatus::Completed);
     assert_eq!(state.outputs, json!({"left": "L", "right": "R", "ticket": "T-1"}).as_object().unwrap().clone());
+}
+
+/// Feeds every step back until none is left; before each step, `before(node, activation)` may
+/// name run variables to set (the test seam). Returns every event.
+fn drive_with(
+    workflow: &Workflow,
+    state: &mut RunState,
+    mut before: impl FnMut(&str, u32) -> Option<Value>,
+) -> Vec<RunEvent> {
+    let mut log = Vec::new();
+    let mut queue = vec![Input::Start];
+    while let Some(input) = queue.pop() {
+        if let Input::Step { node_id, activation } = &input {
+            if let Some(Value::Object(variables)) = before(node_id, *activation) {
+                log.extend(apply(workflow, state, Input::SetVariables { variables }, 0).events);
+            }
+        }
+        let outcome = apply(workflow, state, input, 0);
+        log.extend(outcome.events);
+        queue.extend(
+            outcome.effects.iter().rev().filter(|e| matches!(e, Effect::Step { .. })).filter_map(Effect::input),
+        );
+    }
+    log
+}
+
+#[test]
+fn a_taken_back_edge_wins_over_an_unconditional_forward_edge() {
+    let wf = compile(
+        json!([
+            {"id": "draft", "typeId": "core.noop"},
+            {"id": "review", "typeId": "core.noop"},
+            {"id": "publish", "typeId": "core.identity", "inputs": {"published": true}}
+        ]),
+        json!([
+            {"id": "draft-review", "sourceNodeId": "draft", "targetNodeId": "review"},
+            {"id": "publish", "sourceNodeId": "review", "targetNodeId": "publish"},
+            {"id": "rework", "sourceNodeId": "review", "targetNodeId": "draft",
+             "condition": {"type": "notEquals", "left": "approved", "right": true}}
+        ]),
+        json!({}),
+    )
+    .unwrap();
+    let mut state = pending(&wf, json!({"approved": false}));
+    let log = drive_approving(&wf, &mut state, Some(3));
+    let round = ["node.started:draft", "node.completed:draft", "node.started:review", "node.completed:review"];
+    let mut expected = vec!["run.started"];
+    for _ in 0..2 {
+        expected.extend(round);
+        expected.push("node.skipped:publish");
+    }
+    expected.extend(&round[..2]);
+    expected.push("variable.changed");
+    expected.extend(&round[2..]);
+    expected.extend(["node.started:publish", "node.completed:publish", "run.completed"]);
+    assert_eq!(named(&log), expected, "publish is not taken while the loop goes on, and runs once at the end");
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.outputs, Map::from_iter([("published".to_owned(), json!(true))]));
+    assert_eq!(state.nodes["draft"].loopbacks, 2);
+}
+
+#[test]
+fn an_inner_loop_starts_afresh_on_each_outer_round() {
+    // outer: a → b → c → d, d → a while `outer`; inner: c → b while `inner`.
+    let wf = compile(
+        json!([
+            {"id": "a", "typeId": "core.noop"},
+            {"id": "b", "typeId": "core.noop"},
+            {"id": "c", "typeId": "core.noop"},
+            {"id": "d", "typeId": "core.noop"},
+            {"id": "done", "typeId": "core.identity", "inputs": {"done": true}}
+        ]),
+        json!([
+            {"id": "a-b", "sourceNodeId": "a", "targetNodeId": "b"},
+            {"id": "b-c", "sourceNodeId": "b", "targetNodeId": "c"},
+            {"id": "c-d", "sourceNodeId": "c", "targetNodeId": "d",
+             "condition": {"type": "notEquals", "left": "inner", "right": true}},
+            {"id": "inner", "sourceNodeId": "c", "targetNodeId": "b",
+             "condition": {"type": "equals", "left": "inner", "right": true}},
+            {"id": "d-done", "sourceNodeId": "d", "targetNodeId": "done",
+             "condition": {"type": "notEquals", "left": "outer", "right": true}},
+            {"id": "outer", "sourceNodeId": "d", "targetNodeId": "a",
+             "condition": {"type": "equals", "left": "outer", "right": true}}
+        ]),
+        json!({}),
+    )
+    .unwrap();
+    let mut state = pending(&wf, json!({}));
+    // Each outer round runs `c` three times (two inner re-entries of `b`); three outer rounds:
+    // six re-entries of `b` in the run, more than the default limit of five.
+    let log = drive_with(&wf, &mut state, |node, activation| match node {
+        "c" => Some(json!({"inner": activation % 3 != 0})),
+        "d" => Some(json!({"outer": activation < 3})),
+        _ => None,
+    });
+    assert_eq!(state.status, RunStatus::Completed, "{:?}", named(&log));
+    assert_eq!(count(&log, "node.started:a"), 3);
+    assert_eq!(count(&log, "node.started:b"), 9);
+    assert_eq!(count(&log, "node.started:c"), 9);
+    assert_eq!(count(&log, "node.started:d"), 3);
+    assert_eq!(count(&log, "node.started:done"), 1);
+    assert_eq!(count(&log, "workflow.loopback-limit:b"), 0);
+    assert_eq!(state.nodes["a"].loopbacks, 2, "the outer loop counts per run");
+    assert_eq!(state.nodes["b"].loopbacks, 2, "the inner loop counts per outer round");
+    assert_eq!(state.outputs, Map::from_iter([("done".to_owned(), json!(true))]));
+}
+
+#[test]
+fn an_inner_loop_still_meets_its_limit_within_one_outer_round() {
+    let wf = compile(
+        json!([
+            {"id": "a", "typeId": "core.noop"},
+            {"id": "b", "typeId": "core.noop"},
+            {"id": "c", "typeId": "core.noop"}
+        ]),
+        json!([
+            {"id": "a-b", "sourceNodeId": "a", "targetNodeId": "b"},
+            {"id": "b-c", "sourceNodeId": "b", "targetNodeId": "c"},
+            {"id": "inner", "sourceNodeId": "c", "targetNodeId": "b", "condition": {"type": "truthy", "left": "inner"}},
+            {"id": "outer", "sourceNodeId": "c", "targetNodeId": "a", "condition": {"type": "truthy", "left": "outer"}}
+        ]),
+        json!({"maxLoopbackIterations": 2}),
+    )
+    .unwrap();
+    let mut state = pending(&wf, json!({"inner": true}));
+    let log = drive_with(&wf, &mut state, |_, _| None);
+    assert_eq!(count(&log, "node.started:b"), 3, "the first run and two re-entries");
+    assert_eq!(count(&log, "workflow.loopback-limit:b"), 1);
+    assert_eq!(state.error.as_ref().map(|e| e.code.as_str()), Some(LOOPBACK_LIMIT_EXCEEDED));
+}
+
+#[test]
+fn a_loop_whose_every_node_has_an_incoming_edge_runs_in_either_listing_order() {
+    let draft = json!({"id": "draft", "typeId": "core.noop"});
+    let review = json!({"id": "review", "typeId": "core.noop"});
+    let edges = json!([
+        {"id": "draft-review", "sourceNodeId": "draft", "targetNodeId": "review"},
+        {"id": "rework", "sourceNodeId": "review", "targetNodeId": "draft",
+         "condition": {"type": "notEquals", "left": "approved", "right": true}}
+    ]);
+    let mut logs = Vec::new();
+    for nodes in [json!([draft, review]), json!([review, draft])] {
+        let wf = compile(nodes.clone(), edges.clone(), json!({})).unwrap_or_else(|e| panic!("{nodes}: {e:?}"));
+        let mut state = pending(&wf, json!({"approved": false}));
+        let log = drive_approving(&wf, &mut state, Some(2));
+        assert_eq!(state.status, RunStatus::Completed, "{nodes}: {:?}", named(&log));
+        assert_eq!(state.nodes["draft"].loopbacks, 1, "{nodes}");
+        logs.push(named(&log));
+    }
+    assert_eq!(logs[0], logs[1], "the listing order changes nothing");
+    assert_eq!(logs[0].first().map(String::as_str), Some("run.started"));
+    assert_eq!(logs[0][1], "node.started:draft", "draft is the entry");
+}
+
+#[test]
+fn a_back_edge_into_a_region_with_an_active_node_fails_its_source() {
+    // t → slow (a timer, still waiting), t → a → s, s → t while `again`; slow, s → join.
+    let wf = compile(
+        json!([
+            {"id": "t", "typeId": "core.noop"},
+            {"id": "slow", "typeId": "core.delay", "config": {"delayMs": 60000}},
+            {"id": "a", "typeId": "core.noop"},
+            {"id": "s", "typeId": "core.noop"},
+            {"id": "join", "typeId": "core.merge"}
+        ]),
+        json!([
+            {"id": "t-slow", "sourceNodeId": "t", "targetNodeId": "slow"},
+            {"id": "t-a", "sourceNodeId": "t", "targetNodeId": "a"},
+            {"id": "a-s", "sourceNodeId": "a", "targetNodeId": "s"},
+            {"id": "again", "sourceNodeId": "s", "targetNodeId": "t", "condition": {"type": "truthy", "left": "again"}},
+            {"id": "slow-join", "sourceNodeId": "slow", "targetNodeId": "join"},
+            {"id": "s-join", "sourceNodeId": "s", "targetNodeId": "join"}
+        ]),
+        json!({}),
+    )
+    .unwrap();
+    let mut state = pending(&wf, json!({"again": true}));
+    let log = settle(&wf, &mut state, Input::Start);
+    assert_eq!(count(&log, "node.started:t"), 1, "t is not re-entered: {:?}", named(&log));
+    assert_eq!(count(&log, "node.failed:s"), 1, "{:?}", named(&log));
+    assert_eq!(count(&log, "node.completed:s"), 0, "one terminal event for the source");
+    assert_eq!(state.nodes["t"].loopbacks, 0, "the refused re-entry is not counted");
+    let error = state.error.clone().expect("the run's error");
+    assert_eq!(error.code, LOOPBACK_REGION_ACTIVE);
+    assert!(error.message.contains("`slow`") && error.message.contains("`t`"), "{error:?}");
+    assert_eq!(error.details, Some(json!({"nodeId": "t", "activeNodeId": "slow", "status": "waiting"})));
+    assert_eq!(state.status, RunStatus::Failed, "no failure route leaves `s`: {:?}", named(&log));
+    let failed = log.iter().find(|e| e.event_type == "run.failed").unwrap();
+    assert_eq!(failed.payload["failedNodeId"], "s");
 }

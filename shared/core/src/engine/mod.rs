@@ -30,8 +30,9 @@ use crate::timefmt::Millis;
 pub use activity::{activity_call, ACTIVITY_HEARTBEAT};
 pub use agent_loop::{tool_inputs as agent_tool_inputs, MAX_RESULT_CHARS as AGENT_MAX_RESULT_CHARS};
 pub use fanout::{
-    is_fan_out_record, DEFAULT_MAX_CHILD_RUNS, DISPATCH_FAN_OUT, DISPATCH_JOIN, LOOP_FINISHED, LOOP_ITEM_FINISHED,
-    LOOP_ITEM_STARTED, LOOP_STARTED, MAX_CHILDREN, MAX_CHILD_RUNS_CEILING, MAX_JOIN_BYTES, MAX_WIDTH,
+    is_fan_out_record, DECISION_SUPERSEDED, DEFAULT_MAX_CHILD_RUNS, DISPATCH_FAN_OUT, DISPATCH_JOIN, JOIN_DECIDED,
+    LOOP_FINISHED, LOOP_ITEM_FINISHED, LOOP_ITEM_STARTED, LOOP_STARTED, MAX_CHILDREN, MAX_CHILD_RUNS_CEILING,
+    MAX_JOIN_BYTES, MAX_WIDTH,
 };
 pub use orchestration::{
     child_inputs, ASK_USER_QUESTION, ASK_USER_VARIABLE, CONFIDENCE_ESCALATED, CONFIDENCE_FLOOR,
@@ -231,11 +232,17 @@ pub enum Effect {
         /// When.
         due_at: Millis,
     },
-    /// Cancel the child run (the parent was cancelled).
+    /// Cancel the child run: the parent was cancelled (`reason` unset: the child's
+    /// `run.cancelled` says `parent-cancelled`), or a fan-out's join no longer needs it
+    /// (`join-decided`).
     #[serde(rename_all = "camelCase")]
     CancelChild {
         /// The child run.
         child_run_id: String,
+        /// The reason the child is cancelled with, when not [`PARENT_CANCELLED`] (tasks written
+        /// before it existed have none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
         /// When.
         due_at: Millis,
     },
@@ -447,6 +454,8 @@ mod control_tests;
 mod deadline_tests;
 #[cfg(test)]
 mod decision_paths_tests;
+#[cfg(test)]
+mod fanout_review_tests;
 #[cfg(test)]
 mod fanout_tests;
 #[cfg(test)]

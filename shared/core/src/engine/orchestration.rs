@@ -137,12 +137,18 @@ fn slot_inputs(workflow: &Workflow, parent: &RunState, node_id: &str, index: u32
     let Some(node) = workflow.node(node_id) else { return inputs };
     if node.type_id != DISPATCH_TYPE_ID {
         return crate::nodes::for_each::ForEachConfig::parse(&node.config)
-            .map(|config| super::fanout::loop_item_inputs(&config, parent, node_id, index))
+            .map(|config| super::fanout::loop_item_inputs(&config, &node.config, parent, node_id, index))
             .unwrap_or_default();
     }
     let (Ok(config), Some(decided)) = (DispatchConfig::parse(&node.config), acted_on(parent, workflow, node_id)) else {
         return inputs;
     };
+    // Only the decision the fan-out acts on names this slot's worker: a later one gives it
+    // nothing (the engine fails the node with `decision_superseded` on its next transition).
+    let acting = parent.nodes.get(node_id).and_then(|state| state.fan_out.as_ref()).and_then(|p| p.decision);
+    if acting != Some(decided.sequence) {
+        return inputs;
+    }
     if let Decision::NextWorker { next_worker_ids, next_worker_inputs, .. } = &decided.decision {
         if let Some(worker) = next_worker_ids.get(index as usize) {
             for (child_var, parent_var) in config.input_for(worker) {
@@ -393,7 +399,8 @@ impl Transition<'_> {
                     return self.fail_node(node_id, error);
                 }
                 let total = next_worker_ids.len();
-                if total > 1 && config.fan_out == Some(FanOut::Parallel) {
+                // Every parallel decision joins, one worker too (its joinPolicy holds).
+                if total >= 1 && config.fan_out == Some(FanOut::Parallel) {
                     return self.dispatch_parallel(node_id, &config, decided.sequence, total as u32);
                 }
                 self.node_mut(node_id).dispatch =

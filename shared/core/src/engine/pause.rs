@@ -3,7 +3,9 @@
 //! executing — parked on a timer or waiting for its child run — leaves the run `running` with
 //! a pending pause: no new node starts (steps are held), and once no node executes any more the
 //! run pauses, so the node's terminal event precedes `run.paused` in the log. A drained node
-//! that was the last one holds the run's completion until `:resume`. `:resume` withdraws a
+//! that was the last one holds the run's completion until `:resume`. A fan-out (parallel
+//! dispatch, forEach) starts no child under either pause: its running children drain, and
+//! `:resume` fills its window again. `:resume` withdraws a
 //! pending pause (no event: nothing was paused); cancel and the run's end drop it.
 
 use super::progress::Transition;
@@ -40,13 +42,15 @@ impl Transition<'_> {
         if self.state.pending_pause.take().is_none() {
             return Verdict::Refused(Refusal::RunState(self.state.status));
         }
-        // The steps held while the pause was pending are issued again now.
+        // The steps held while the pause was pending are issued again now, and the fan-outs
+        // that stopped filling fill again.
         let now = self.now;
         for (node_id, node) in &self.state.nodes {
             if node.status == NodeStatus::Scheduled {
                 self.effects.push(Effect::Step { node_id: node_id.clone(), activation: node.activation, due_at: now });
             }
         }
+        self.refill_fan_outs();
         Verdict::Applied
     }
 
@@ -56,13 +60,15 @@ impl Transition<'_> {
     }
 
     /// A node started and not finished: parked on a timer, waiting for its child run, or an
-    /// activity executing or waiting to retry.
+    /// activity executing or waiting to retry. A fan-out with no child running does not count
+    /// (its slots do while their children run): a drain pause stops it at its window.
     fn has_executing_node(&self) -> bool {
         self.state.nodes.values().any(|node| {
-            matches!(
+            let executing = matches!(
                 node.status,
                 NodeStatus::Waiting | NodeStatus::WaitingChild | NodeStatus::Executing | NodeStatus::Retrying
-            )
+            );
+            executing && node.fan_out.as_ref().is_none_or(|progress| progress.running != 0)
         })
     }
 

@@ -465,9 +465,16 @@ impl<'a> Transition<'a> {
         }
         let back_edges = match self.back_edges_taken(index, &outputs) {
             Ok(taken) => taken,
-            // A loop-back past its limit (or a condition that cannot be judged) fails the node.
+            // A loop-back past its limit, into a region still active, or with a condition that
+            // cannot be judged fails the node.
             Err(error) => return self.fail_node(node_id, error),
         };
+        if !back_edges.is_empty() {
+            // The loop wins: what follows the source runs once the loop exits, not meanwhile.
+            for (_, taken) in &mut resolutions {
+                *taken = false;
+            }
+        }
         let started = self.state.nodes.get(node_id).and_then(|n| n.started_at).unwrap_or(self.now);
         let payload = json!({ "nodeId": node_id, "outputs": outputs, "durationMs": self.now.saturating_sub(started) });
         self.emit(types::NODE_COMPLETED, Some(node_id), payload);
@@ -583,6 +590,10 @@ impl<'a> Transition<'a> {
     /// `variables[node_id].error = {code, message, retryable}`, its edges resolve as failed
     /// and the run goes on. Otherwise the run fails.
     pub(super) fn fail_node_after(&mut self, node_id: &str, error: RunError, attempts: u32, retryable: bool) {
+        // A fan-out failing by another way than its join: no slot outlives it.
+        if self.state.nodes.get(node_id).is_some_and(|node| node.fan_out.is_some()) {
+            self.abort_fan_out(node_id);
+        }
         let node = self.node_mut(node_id);
         node.status = NodeStatus::Failed;
         node.wake_at = None;
@@ -641,9 +652,12 @@ impl<'a> Transition<'a> {
             // A fan-out's slot is no node of the workflow: its child is cancelled, no event.
             if !super::fanout::is_fan_out_record(&node_id) {
                 self.emit(types::NODE_CANCELLED, Some(&node_id), json!({ "nodeId": node_id, "reason": reason }));
+            } else if child.is_some() {
+                // The slot stays listed until the run is gone: with the status it ends with.
+                self.node_mut(&node_id).child_status = Some(RunStatus::Cancelled);
             }
             if let Some(child_run_id) = child.filter(|_| propagate) {
-                self.effects.push(Effect::CancelChild { child_run_id, due_at: now });
+                self.effects.push(Effect::CancelChild { child_run_id, reason: None, due_at: now });
             }
         }
     }

@@ -368,7 +368,7 @@ fn cancelling_a_parent_cancels_its_child_and_a_child_tells_its_parent() {
     let (mut state, child) = spawned(&wf);
     let cancelled = apply(&wf, &mut state, Input::Cancel { reason: None }, 5);
     assert_eq!(state.status, RunStatus::Cancelled, "waiting on a child is parked");
-    assert_eq!(cancelled.effects, vec![Effect::CancelChild { child_run_id: child, due_at: 5 }]);
+    assert_eq!(cancelled.effects, vec![Effect::CancelChild { child_run_id: child, reason: None, due_at: 5 }]);
 
     let child_wf = workflow(json!([{"id": "x", "typeId": "core.delay", "config": {"delayMs": 60000}}]), json!([]));
     let mut child_state = pending(&child_wf, json!({}));

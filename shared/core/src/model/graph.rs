@@ -4,8 +4,9 @@
 //! - An edge with a `condition` back to an *earlier* node is a *back-edge* (a bounded loop,
 //!   see [`Graph::back_edge`] and `settings.maxLoopbackIterations`): walking the graph
 //!   depth-first from the first listed node without an incoming edge other than a loop edge
-//!   (else the first listed node; then from any node not reached), successors in the order
-//!   their edges are listed,
+//!   (else the first listed node whose incoming edges other than loop edges all have a
+//!   condition, else the first listed node; then from any node not reached), successors in
+//!   the order their edges are listed,
 //!   an edge into a node still on the walk's path closes a cycle; when it has a condition it
 //!   is a back-edge.
 //! - Loop edges and back-edges are the only cycles allowed; neither counts as an incoming
@@ -227,28 +228,35 @@ impl Graph {
 }
 
 /// Which edges are back-edges (see the module doc). Supervisor loop edges (`is_loop`) are
-/// not walked. The walk starts at the first listed node without an incoming edge, else at the
-/// first listed node — the entry, whenever the graph is accepted: a back-edge never enters a
-/// node without incoming edges, and every edge into the walk's start from a node it reaches
-/// closes a cycle. An unconditional edge that closes a cycle stays a forward edge, so the
-/// forward-cycle check refuses it.
+/// not walked. The walk starts at the first listed node without an incoming edge — the
+/// entry, whenever the graph is accepted: a back-edge never enters a node without incoming
+/// edges. When every node has one, it starts at the first listed node whose incoming edges
+/// all have a condition (else at the first listed node): every edge into the walk's start
+/// from a node it reaches closes a cycle, so only such a node can be the entry of an accepted
+/// graph, whatever the listing order. An unconditional edge that closes a cycle stays a
+/// forward edge, so the forward-cycle check refuses it.
 fn back_edges(definition: &WorkflowDefinition, ends: &[(usize, usize)], is_loop: &[bool]) -> Vec<bool> {
     let node_count = definition.nodes.len();
     let mut back = vec![false; ends.len()];
     let mut successors = vec![Vec::new(); node_count];
     let mut incoming = vec![0usize; node_count];
+    let mut all_conditional = vec![true; node_count];
     for (edge, &(source, target)) in ends.iter().enumerate() {
         if is_loop[edge] {
             continue;
         }
         successors[source].push(edge);
         incoming[target] += 1;
+        all_conditional[target] &= definition.edges[edge].condition.is_some();
     }
     // Cheap exit: without a conditional edge there is no back-edge.
     if definition.edges.iter().enumerate().all(|(edge, def)| is_loop[edge] || def.condition.is_none()) {
         return back;
     }
-    let start = (0..node_count).find(|&node| incoming[node] == 0).unwrap_or(0);
+    let start = (0..node_count)
+        .find(|&node| incoming[node] == 0)
+        .or_else(|| (0..node_count).find(|&node| all_conditional[node]))
+        .unwrap_or(0);
     // 0 = not reached, 1 = on the walk's path, 2 = done. An explicit stack of (node, next
     // successor position), so a long chain does not recurse.
     let mut mark = vec![0u8; node_count];
@@ -400,6 +408,20 @@ mod tests {
     }
 
     #[test]
+    fn without_a_node_free_of_incoming_edges_the_walk_starts_where_only_conditional_edges_enter() {
+        // `draft → review` has no condition, `review → draft` has one: `draft` is the only
+        // possible entry, in either listing order.
+        let edges = [("draft", "review", false), ("review", "draft", true)];
+        for (nodes, draft) in [(["draft", "review"], 0), (["review", "draft"], 1)] {
+            let graph = Graph::build(&with_conditions(&nodes, &edges)).unwrap_or_else(|e| panic!("{nodes:?}: {e:?}"));
+            assert_eq!(graph.entry, draft, "{nodes:?}");
+            assert_eq!(graph.back_edge, vec![false, true], "{nodes:?}: `review → draft` is the back-edge");
+            assert_eq!(graph.back_outgoing[1 - draft], vec![1], "{nodes:?}");
+            assert!(graph.incoming[draft].is_empty(), "{nodes:?}");
+        }
+    }
+
+    #[test]
     fn a_back_edge_into_a_node_after_the_entry_leaves_the_entry_alone() {
         let graph = Graph::build(&with_conditions(
             &["review", "draft", "intake"],
@@ -431,11 +453,21 @@ mod tests {
     #[test]
     fn unconditional_edge_closing_a_cycle_is_refused() {
         let error = Graph::build(&with_conditions(
-            &["draft", "review"],
-            &[("draft", "review", true), ("review", "draft", false)],
+            &["intake", "draft", "review"],
+            &[("intake", "draft", false), ("draft", "review", true), ("review", "draft", false)],
         ))
         .unwrap_err();
         assert!(matches!(error, DefinitionError::Cycle { ref nodes } if nodes == &["draft", "review"]), "{error:?}");
+    }
+
+    #[test]
+    fn without_a_node_entered_by_conditional_edges_only_an_unconditional_cycle_is_refused() {
+        // Every node has an incoming edge without a condition: no node can be the entry.
+        let edges = [("draft", "review", false), ("review", "draft", false), ("review", "review", true)];
+        for nodes in [["draft", "review"], ["review", "draft"]] {
+            let error = Graph::build(&with_conditions(&nodes, &edges)).unwrap_err();
+            assert!(matches!(error, DefinitionError::Cycle { .. }), "{nodes:?}: {error:?}");
+        }
     }
 
     #[test]

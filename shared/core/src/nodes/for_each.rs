@@ -36,8 +36,9 @@ pub(super) struct ForEach;
 /// Where the items come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Items {
-    /// Written in the config.
-    Literal(Vec<Value>),
+    /// Written in the config: this many. Item `k` is read from the node's config
+    /// (`config.items[k]`) when its child starts, so parsing the config copies no item.
+    Literal(usize),
     /// The run variable of this name (an array when the node starts).
     Variable(String),
 }
@@ -98,7 +99,7 @@ impl ForEachConfig {
             ));
         }
         let items = match config.get("items") {
-            Some(Value::Array(items)) => Items::Literal(items.clone()),
+            Some(Value::Array(items)) => Items::Literal(items.len()),
             Some(Value::String(variable)) if !variable.is_empty() => Items::Variable(variable.clone()),
             Some(_) => return Err("`items` must be an array or the name of a run variable holding one".into()),
             None => return Err(format!("{TYPE_ID} needs config.items")),
@@ -108,14 +109,8 @@ impl ForEachConfig {
             Some(_) => return Err("`workflowId` must be a non-empty string".into()),
             None => return Err(format!("{TYPE_ID} needs config.workflowId")),
         };
-        let max_concurrency = match config.get("maxConcurrency") {
-            None => DEFAULT_CONCURRENCY,
-            Some(value) => value
-                .as_u64()
-                .filter(|n| *n >= 1)
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or("`maxConcurrency` must be an integer ≥ 1")?,
-        };
+        let max_concurrency = crate::orchestrator::dispatch::positive(config.get("maxConcurrency"), "maxConcurrency")?
+            .unwrap_or(DEFAULT_CONCURRENCY);
         let fail_fast = match config.get("onItemFailure").map(Value::as_str) {
             None | Some(Some("isolate")) => false,
             Some(Some("fail-fast")) => true,
@@ -192,7 +187,7 @@ mod tests {
         let config = parse(json!({"items": [1, 2], "workflowId": "w", "onItemFailure": "fail-fast",
                                   "maxConcurrency": 3, "outputVariables": ["verdict"]}))
         .unwrap();
-        assert_eq!(config.items, Items::Literal(vec![json!(1), json!(2)]));
+        assert_eq!(config.items, Items::Literal(2));
         assert!(config.fail_fast);
         assert_eq!(config.output_variables, Some(vec!["verdict".to_owned()]));
     }

@@ -93,16 +93,7 @@ impl JoinPolicy {
         if let Some(unknown) = fields.keys().find(|key| !["mode", "quorum", "onChildFailure"].contains(&key.as_str())) {
             return Err(format!("`joinPolicy` has no field `{unknown}` (mode, quorum, onChildFailure)"));
         }
-        let quorum = match fields.get("quorum") {
-            None => None,
-            Some(value) => Some(
-                value
-                    .as_u64()
-                    .filter(|n| *n >= 1)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or("`joinPolicy.quorum` must be an integer ≥ 1")?,
-            ),
-        };
+        let quorum = positive(fields.get("quorum"), "joinPolicy.quorum")?;
         let mode = match fields.get("mode").map(Value::as_str) {
             None | Some(Some("wait-all")) => JoinMode::WaitAll,
             Some(Some("quorum")) => {
@@ -160,6 +151,19 @@ const FIELDS: [&str; 11] = [
     "memoryScopeIsolation",
 ];
 
+/// An optional integer ≥ 1 (that fits a `u32`) in `field`.
+pub(crate) fn positive(value: Option<&Value>, field: &str) -> Result<Option<u32>, String> {
+    value
+        .map(|value| {
+            value
+                .as_u64()
+                .filter(|n| *n >= 1)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| format!("`{field}` must be an integer ≥ 1"))
+        })
+        .transpose()
+}
+
 fn mapping(value: Option<&Value>, field: &str) -> Result<Mapping, String> {
     match value {
         None | Some(Value::Null) => Ok(Vec::new()),
@@ -215,16 +219,7 @@ impl DispatchConfig {
             }
         }
         let join = config.get("joinPolicy").map(JoinPolicy::parse).transpose()?.unwrap_or_default();
-        let max_concurrency = match config.get("maxConcurrency") {
-            None => None,
-            Some(value) => Some(
-                value
-                    .as_u64()
-                    .filter(|n| *n >= 1)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or("`maxConcurrency` must be an integer ≥ 1")?,
-            ),
-        };
+        let max_concurrency = positive(config.get("maxConcurrency"), "maxConcurrency")?;
         if config.get("memoryScopeIsolation").is_some_and(|v| v != "isolated") {
             return Err("memoryScopeIsolation must be `isolated`".into());
         }
