@@ -71,12 +71,26 @@ fn stored_log(fixture: &Fixture, run_id: &str) -> Vec<(&'static str, Option<&'st
 }
 
 /// A fresh data directory holding copies of the fixture's database and host secret.
+///
+/// The fixture's runs were started when it was written, and a run's duration limit (24 h)
+/// counts from its start: left as they are, they would all time out once the fixture is a day
+/// old, whatever the build. So the copy's runs are restarted a minute ago — only `createdAt`
+/// and `startedAt` of each run's state document move (the layout's own JSON, as the old
+/// release wrote it); timers, events and everything else stay as written, and the overdue
+/// delay is still overdue.
 fn copied_data_dir(fixture: &Fixture) -> tempfile::TempDir {
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(fixture.dir);
     let dir = tempfile::tempdir().unwrap();
     for file in ["trellis.db", "cursor-secret"] {
         std::fs::copy(from.join(file), dir.path().join(file)).unwrap();
     }
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let connection = rusqlite::Connection::open(dir.path().join("trellis.db")).unwrap();
+    let moved = connection
+        .execute("UPDATE runs SET state = json_set(state, '$.createdAt', ?1, '$.startedAt', ?1)", [now_ms - 60_000])
+        .unwrap();
+    assert_eq!(moved, 4, "the fixture's four runs");
+    drop(connection);
     dir
 }
 
