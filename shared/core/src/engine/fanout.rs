@@ -277,9 +277,10 @@ impl Transition<'_> {
     /// the run is paused or a `drain-current-node` pause is pending (the running children
     /// drain); `:resume` fills again ([`Self::refill_fan_outs`]).
     pub(super) fn fill_slots(&mut self, node_id: &str) {
-        if self.state.status == RunStatus::Paused || self.pause_pending() {
+        if self.state.status == RunStatus::Paused || self.state.status.is_terminal() || self.pause_pending() {
             return;
         }
+        let ceiling = self.width_ceiling();
         // A loop's children all run one workflow: resolved once per fill.
         let loop_workflow = if self.is_dispatch(node_id) {
             None
@@ -295,14 +296,25 @@ impl Transition<'_> {
             if progress.running >= progress.width || progress.started >= progress.total {
                 return;
             }
+            // The window is the run's: all fan-outs together run at most `ceiling` children,
+            // so no commit (a cancel, a resume) touches more live slots than one transaction holds.
+            if self.children_running() >= ceiling {
+                return;
+            }
             if !self.start_slot(node_id, progress, loop_workflow.as_deref()) {
                 return;
             }
         }
     }
 
-    /// `:resume`: fills every fan-out whose window has room and whose children are not all
-    /// started (held by the pause). Found from the nodes holding a fan-out, not by scanning slots.
+    /// Children running now, over all of the run's fan-outs.
+    fn children_running(&self) -> u32 {
+        self.state.nodes.values().filter_map(|node| node.fan_out.as_ref()).map(|progress| progress.running).sum()
+    }
+
+    /// Fills every fan-out whose window has room and whose children are not all started: on
+    /// `:resume` (held by the pause) and whenever a child of any fan-out ended (the run-wide
+    /// window freed a place). Found from the nodes holding a fan-out.
     pub(super) fn refill_fan_outs(&mut self) {
         let open: Vec<String> = self
             .state
@@ -488,8 +500,15 @@ impl Transition<'_> {
         // A child that could not be created fails the join whatever the failure policy.
         let outcome = if refused { Some(JoinOutcome::Failed) } else { fold(&progress, policy) };
         match outcome {
-            None => self.fill_slots(&node_id),
-            Some(outcome) => self.join(&node_id, outcome),
+            None => {
+                self.fill_slots(&node_id);
+                self.refill_fan_outs();
+            }
+            Some(outcome) => {
+                self.join(&node_id, outcome);
+                // The losers' places are free for the run's other fan-outs.
+                self.refill_fan_outs();
+            }
         }
         super::Verdict::Applied
     }

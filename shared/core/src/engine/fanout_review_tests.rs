@@ -256,3 +256,55 @@ fn a_cancel_child_task_written_without_a_reason_still_parses() {
     let encoded: Value = serde_json::to_value(&loser).unwrap();
     assert_eq!(encoded["reason"], JOIN_DECIDED);
 }
+
+#[test]
+fn the_window_is_the_runs_two_wide_loops_share_it_and_both_finish() {
+    // Two loops on parallel branches, 60 items each, each asking for 60 at once: together they
+    // never run more than the ceiling (64), so a cancel or a resume never touches more live slots
+    // than one DynamoDB transaction holds; the second loop gets the places the first frees.
+    let items: Vec<u32> = (0..60).collect();
+    let config = json!({"items": items, "workflowId": "child", "maxConcurrency": 60});
+    let wf = Workflow::compile(json!({"id": "two", "name": "two",
+        "nodes": [{"id": "start", "typeId": "core.noop"},
+                  {"id": "a", "typeId": "vendor.trellis.forEach", "config": config},
+                  {"id": "b", "typeId": "vendor.trellis.forEach", "config": config}],
+        "edges": [{"id": "e1", "sourceNodeId": "start", "targetNodeId": "a"},
+                  {"id": "e2", "sourceNodeId": "start", "targetNodeId": "b"}]}))
+    .unwrap();
+    let mut state = super::tests::pending(&wf, json!({}));
+    apply(&wf, &mut state, Input::Start, 0);
+    step(&wf, &mut state, "start", 1);
+    step(&wf, &mut state, "a", 2);
+    step(&wf, &mut state, "b", 3);
+    let total = |state: &RunState| running(state, "a") + running(state, "b");
+    assert_eq!((running(&state, "a"), running(&state, "b")), (60, 4));
+    let mut peak = total(&state);
+    while !state.status.is_terminal() {
+        let key = state
+            .nodes
+            .iter()
+            .find(|(key, node)| crate::run::parse_slot_key(key).is_some() && node.status == NodeStatus::WaitingChild)
+            .map(|(key, _)| key.clone())
+            .expect("a running child while the run runs");
+        end(&wf, &mut state, &key, RunStatus::Completed, ok());
+        peak = peak.max(total(&state));
+    }
+    assert_eq!(peak, 64);
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.variables["results"].as_array().map(Vec::len), Some(60));
+    assert!(slots_left(&state).is_empty());
+}
+
+#[test]
+fn a_run_ended_in_the_same_transition_is_not_completed_again() {
+    // A fan-out whose join fails without a failure route fails the run; nothing after it may
+    // add a `run.completed` (one terminal event).
+    let wf =
+        dispatch_workflow(&workers(2), parallel(json!({"joinPolicy": {"onChildFailure": "fail-fast"}})), json!({}));
+    let (mut state, _, _) = dispatched(&wf);
+    let failed = end(&wf, &mut state, "dispatch#0", RunStatus::Failed, ok());
+    let terminal: Vec<&str> =
+        types(&failed).into_iter().filter(|t| matches!(*t, "run.completed" | "run.failed" | "run.cancelled")).collect();
+    assert_eq!(terminal, ["run.failed"]);
+    assert_eq!(state.status, RunStatus::Failed);
+}

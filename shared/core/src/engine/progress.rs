@@ -469,12 +469,6 @@ impl<'a> Transition<'a> {
             // cannot be judged fails the node.
             Err(error) => return self.fail_node(node_id, error),
         };
-        if !back_edges.is_empty() {
-            // The loop wins: what follows the source runs once the loop exits, not meanwhile.
-            for (_, taken) in &mut resolutions {
-                *taken = false;
-            }
-        }
         let started = self.state.nodes.get(node_id).and_then(|n| n.started_at).unwrap_or(self.now);
         let payload = json!({ "nodeId": node_id, "outputs": outputs, "durationMs": self.now.saturating_sub(started) });
         self.emit(types::NODE_COMPLETED, Some(node_id), payload);
@@ -487,12 +481,17 @@ impl<'a> Transition<'a> {
         node.status = NodeStatus::Completed;
         node.wake_at = None;
         node.outputs = outputs;
-        let mut targets = VecDeque::new();
-        for (edge, taken) in resolutions {
-            self.set_edge(edge, if taken { EdgeStatus::Taken } else { EdgeStatus::NotTaken });
-            targets.push_back(self.workflow.graph.ends[edge].1);
+        // The loop wins: while a back-edge is taken the source's forward edges stay unresolved
+        // (their conditions were judged above), so what follows it waits for the round that
+        // exits the loop — a join fed from outside the loop too — and nothing is skipped meanwhile.
+        if back_edges.is_empty() {
+            let mut targets = VecDeque::new();
+            for (edge, taken) in resolutions {
+                self.set_edge(edge, if taken { EdgeStatus::Taken } else { EdgeStatus::NotTaken });
+                targets.push_back(self.workflow.graph.ends[edge].1);
+            }
+            self.propagate(targets);
         }
-        self.propagate(targets);
         let terminate = self.state.nodes.get(node_id).is_some_and(|node| terminates_loop(&node.outputs));
         self.loop_back(index, terminate);
         self.follow_back_edges(back_edges);
@@ -552,6 +551,10 @@ impl<'a> Transition<'a> {
     }
 
     pub(super) fn complete_run(&mut self) {
+        if self.state.status.is_terminal() {
+            // Already ended (a node's failure in the same transition ended it): one terminal event.
+            return;
+        }
         let mut outputs = Map::new();
         for (index, node) in self.workflow.definition.nodes.iter().enumerate() {
             if !self.workflow.graph.outgoing[index].is_empty() {

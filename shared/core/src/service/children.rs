@@ -41,6 +41,15 @@ impl Services {
     ) -> Result<ChildStart, ServiceError> {
         let Some(parent) = self.store.load_run(parent_run_id).await? else { return Ok(ChildStart::NotExpected) };
         if !expects(&parent, node_id, child_run_id) {
+            // An earlier delivery may have created the child and then failed before it could
+            // cancel it (see `cancel_if_unexpected`): a live child of this node is cancelled now.
+            let stray = self.store.load_run(child_run_id).await?.filter(|child| {
+                !child.status.is_terminal()
+                    && child.parent.as_ref().is_some_and(|link| link.run_id == parent_run_id && link.node_id == node_id)
+            });
+            if stray.is_some() {
+                self.cancel_if_unexpected(parent_run_id, node_id, child_run_id).await?;
+            }
             return Ok(ChildStart::NotExpected);
         }
         if let Some(child) = self.store.load_run(child_run_id).await? {
