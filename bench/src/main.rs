@@ -3,11 +3,14 @@
 //! step (from its `/proc/<pid>/stat`, so figures compare across runs on a busy machine);
 //! snapshot-read cost; and memory with parked runs and open SSE streams. It starts
 //! `trellis serve` itself (`--host-bin`, durable `--data-dir` or `--memory`) or attaches to a
-//! running host (`--attach URL --host-pid PID`). Prints figures; asserts nothing. See
-//! `docs/benchmarks.md`.
+//! running host (`--attach URL --host-pid PID`). `--mode fan-out` measures parallel fan-out
+//! (`vendor.trellis.forEach`, parallel `core.dispatch`; see [`fanout`]). Prints figures;
+//! asserts nothing. See `docs/benchmarks.md`.
 
 mod driver;
 mod error;
+mod fanout;
+mod fanout_shapes;
 mod follow;
 mod host;
 mod procfs;
@@ -37,6 +40,10 @@ enum Mode {
     Rss,
     /// The three, each on a freshly started host.
     All,
+    /// Wall time, host CPU, peak concurrency and memory of a 1,000-child parallel fan-out
+    /// (forEach over noop and 20 ms delay children, parallel dispatch), maxConcurrency 50,
+    /// each case on a freshly started host. Not part of `all`.
+    FanOut,
 }
 
 /// Benchmark an OpenWOP host (by default a `trellis serve` it starts).
@@ -79,7 +86,8 @@ struct Args {
     #[arg(long)]
     warmup: Option<usize>,
     /// Scenarios to drive, comma-separated (chain-10, chain-50, chain-500, fan-out-8,
-    /// approval, dispatch-3; default: all).
+    /// approval, dispatch-3; default: all). In `--mode fan-out`: the cases, in the order
+    /// given, a name may repeat (forEach-noop, forEach-delay-20ms, dispatch-parallel-noop).
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<String>,
     /// Snapshot reads of each finished run.
@@ -138,7 +146,7 @@ fn host_json(host: &Host, args: &Args) -> Value {
     })
 }
 
-fn header(out: &mut String, title: &str, host: &Host, args: &Args) {
+fn header(out: &mut String, title: &str, host: &Host, clients: usize) {
     let what = match host.store {
         "durable" => "durable data dir (SQLite WAL, synchronous=FULL)",
         "memory" => "--memory",
@@ -148,8 +156,8 @@ fn header(out: &mut String, title: &str, host: &Host, args: &Args) {
     let pid = host.pid.map_or_else(|| "no pid: no CPU/memory figures".to_owned(), |pid| format!("pid {pid}"));
     let fsync = host.fsync.map(|d| format!(", fsync {:.2} ms", d.as_secs_f64() * 1000.0)).unwrap_or_default();
     let load = procfs::load1().map_or_else(|| "n/a".to_owned(), |load| format!("{load:.2}"));
-    let _ =
-        writeln!(out, "trellis-bench {title}: {what}{fsync}, {pid}{startup}, {} clients, load1 {load}", args.clients);
+    let clients = if clients == 1 { "1 client".to_owned() } else { format!("{clients} clients") };
+    let _ = writeln!(out, "trellis-bench {title}: {what}{fsync}, {pid}{startup}, {clients}, load1 {load}");
 }
 
 async fn run(args: &Args) -> Fallible<(String, Value)> {
@@ -164,11 +172,39 @@ async fn run(args: &Args) -> Fallible<(String, Value)> {
         let label = match mode {
             Mode::Snapshots => "snapshots",
             Mode::Rss => "rss",
+            Mode::FanOut => "fan-out",
             _ => "throughput",
         };
+        if mode == Mode::FanOut {
+            let mut rows = Vec::new();
+            let mut hosts = Vec::new();
+            let cases = if args.scenarios.is_empty() {
+                fanout_shapes::CASES.to_vec()
+            } else {
+                let named = |name: &String| fanout_shapes::CASES.into_iter().find(|case| case.name == *name);
+                args.scenarios
+                    .iter()
+                    .map(|name| {
+                        named(name)
+                            .ok_or_else(|| BenchError::new("workflow_missing", format!("no fan-out case {name}")))
+                    })
+                    .collect::<Fallible<Vec<_>>>()?
+            };
+            for (i, case) in cases.into_iter().enumerate() {
+                let host = host::open(&target, &format!("fan-out-{i}-{}", case.name)).await?;
+                if rows.is_empty() {
+                    header(&mut text, label, &host, 1);
+                }
+                hosts.push(host_json(&host, args));
+                rows.push(fanout::measure(&host, case).await?);
+            }
+            fanout::table(&mut text, &rows);
+            doc[label] = json!({"hosts": hosts, "figures": fanout::to_json(&rows)});
+            continue;
+        }
         let host = host::open(&target, label).await?;
         let mut section = json!({"host": host_json(&host, args), "load1AtStart": procfs::load1()});
-        header(&mut text, label, &host, args);
+        header(&mut text, label, &host, args.clients);
         match mode {
             Mode::Snapshots => {
                 let rows = snapshots::measure(&host, args.clients, args.reads).await?;

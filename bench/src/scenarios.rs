@@ -5,6 +5,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use crate::error::{BenchError, Fallible};
+use crate::fanout_shapes;
 
 /// A named workflow and how many nodes one run of it executes.
 pub(crate) struct Scenario {
@@ -122,6 +123,13 @@ pub(crate) fn named(name: &str) -> Option<Scenario> {
 pub(crate) fn workflow_ids() -> Vec<&'static str> {
     let mut ids: Vec<&'static str> = all().iter().map(|scenario| scenario.id).collect();
     ids.extend([PARKED, "bench-worker"]);
+    ids.extend([
+        fanout_shapes::NOOP_CHILD,
+        fanout_shapes::DELAY_CHILD,
+        fanout_shapes::LOOP_NOOP,
+        fanout_shapes::LOOP_DELAY,
+        fanout_shapes::DISPATCH_PARALLEL,
+    ]);
     ids
 }
 
@@ -134,6 +142,7 @@ pub(crate) fn write_all(dir: &Path) -> Fallible<()> {
     std::fs::create_dir_all(dir).map_err(io)?;
     let mut definitions: Vec<Value> = all().into_iter().map(|scenario| scenario.definition).collect();
     definitions.extend([parked().definition, worker()]);
+    definitions.extend(fanout_shapes::workflows(fanout_shapes::ITEMS));
     for definition in definitions {
         let id = definition["id"].as_str().unwrap_or_default().to_owned();
         std::fs::write(dir.join(format!("{id}.json")), definition.to_string()).map_err(io)?;

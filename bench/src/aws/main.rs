@@ -4,12 +4,19 @@
 //! and dispatcher invocations; plus the function binaries' sizes and the dispatcher's
 //! process start-up time to its first Runtime API call. Prints figures; asserts nothing.
 //! With `--cold-starts N` it only times N cold starts of each function binary found in
-//! `--functions` (size and median start-up; `scripts/bench-lambda.sh`).
+//! `--functions` (size and median start-up; `scripts/bench-lambda.sh`). With `--fan-out N`
+//! it only measures parallel fan-out (a forEach and a parallel dispatch of N noop children;
+//! see [`fanout`]).
 //!
 //! Run it through the emulator wrapper:
 //! `unshare -n bash scripts/emulators.sh run -- ./target/release/trellis-bench-aws`
 
 mod cold;
+mod fanout;
+// The embedded benchmark reads timestamps from JSON (`parse_rfc3339_ms`); this one does not.
+#[allow(dead_code)]
+#[path = "../fanout_shapes.rs"]
+mod fanout_shapes;
 mod reconciler;
 mod startup;
 
@@ -51,6 +58,11 @@ struct Args {
     /// The directory holding the function binaries `--cold-starts` times (a host build).
     #[arg(long, default_value = "target/release")]
     functions: std::path::PathBuf,
+    /// Only measure parallel fan-out: a forEach and a parallel dispatch of this many one-node
+    /// noop children (maxConcurrency 50, at most 1,000: `dispatch.maxChildren`), wall time,
+    /// peak concurrency and the cost per child; 0 runs the step benchmark instead.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000))]
+    fan_out: u64,
 }
 
 #[tokio::main]
@@ -89,6 +101,10 @@ async fn main() {
     let api = AwsApp::new_api(settings.clone(), &config);
     let app = AwsApp::new(settings.clone(), &config);
     let apps = Apps { app: &app, api: &api };
+    if args.fan_out > 0 {
+        fanout::figures(&apps, &sqs, [&queue_url, &completion_url], args.fan_out as usize).await;
+        return;
+    }
 
     let nodes: Vec<_> = (0..args.nodes).map(|i| json!({"id": format!("n{i}"), "typeId": "core.noop"})).collect();
     let edges: Vec<_> = (1..args.nodes)
