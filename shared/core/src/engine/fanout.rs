@@ -210,6 +210,11 @@ impl Transition<'_> {
                                   "joinMode": config.join.mode.as_str() });
             self.emit(DISPATCH_FAN_OUT, Some(node_id), payload);
         }
+        // Every child counts one dispatch iteration, all at once: the orchestrator's record
+        // (which holds the decision and its worker list) changes here and at the join, not per child.
+        if let Some(orchestrator) = self.state.orchestrator.as_mut() {
+            orchestrator.dispatched += total;
+        }
         self.begin_fan_out(node_id, total, width, Some(decision));
     }
 
@@ -402,9 +407,6 @@ impl Transition<'_> {
         self.node_mut(node_id).fan_out = Some(progress.clone());
         self.state.children_started += 1;
         if progress.decision.is_some() {
-            if let Some(orchestrator) = self.state.orchestrator.as_mut() {
-                orchestrator.dispatched += 1;
-            }
             let payload =
                 json!({ "childRunId": child_run_id, "childWorkflowId": workflow_id, "childStatus": "pending" });
             self.emit(types::NODE_DISPATCHED, Some(node_id), payload);

@@ -65,6 +65,11 @@ impl Services {
             return self.send_effects(&run.run_id, run.version, effects).await;
         }
         let now = self.clock.now();
+        if effects.iter().any(|effect| matches!(effect, Effect::StartChild { due_at, .. } if *due_at <= now)) {
+            // The commit's state, kept warm for the creation check each new child makes of its
+            // parent (`cancel_if_unexpected`): without it that read of the parent is cold.
+            self.store.retain_run(run.clone());
+        }
         let mut carried_out = Vec::new();
         for effect in effects {
             let done = match effect {
