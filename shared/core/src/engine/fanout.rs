@@ -285,7 +285,11 @@ impl Transition<'_> {
         if self.state.status == RunStatus::Paused || self.state.status.is_terminal() || self.pause_pending() {
             return;
         }
-        let ceiling = self.width_ceiling();
+        // The window is the run's: all fan-outs together run at most the ceiling, so no commit
+        // (a cancel, a resume) touches more live slots than one transaction holds. Counted once
+        // per fill, then kept up to date as this fill starts children.
+        let room = self.width_ceiling().saturating_sub(self.children_running());
+        let mut started = 0;
         // A loop's children all run one workflow: resolved once per fill.
         let loop_workflow = if self.is_dispatch(node_id) {
             None
@@ -301,14 +305,10 @@ impl Transition<'_> {
             if progress.running >= progress.width || progress.started >= progress.total {
                 return;
             }
-            // The window is the run's: all fan-outs together run at most `ceiling` children,
-            // so no commit (a cancel, a resume) touches more live slots than one transaction holds.
-            if self.children_running() >= ceiling {
+            if started >= room || !self.start_slot(node_id, progress, loop_workflow.as_deref()) {
                 return;
             }
-            if !self.start_slot(node_id, progress, loop_workflow.as_deref()) {
-                return;
-            }
+            started += 1;
         }
     }
 
@@ -502,16 +502,12 @@ impl Transition<'_> {
         // A child that could not be created fails the join whatever the failure policy.
         let outcome = if refused { Some(JoinOutcome::Failed) } else { fold(&progress, policy) };
         match outcome {
-            None => {
-                self.fill_slots(&node_id);
-                self.refill_fan_outs();
-            }
-            Some(outcome) => {
-                self.join(&node_id, outcome);
-                // The losers' places are free for the run's other fan-outs.
-                self.refill_fan_outs();
-            }
+            None => {}
+            Some(outcome) => self.join(&node_id, outcome),
         }
+        // The freed places (this child's, or a join's losers') go to whichever of the run's
+        // fan-outs has room, this one included.
+        self.refill_fan_outs();
         super::Verdict::Applied
     }
 
