@@ -19,6 +19,12 @@
 //! [`ModelReply::tokens`], or split into words (each after the first keeps its leading
 //! whitespace, so the tokens concatenate to the text).
 //!
+//! Replies can also be routed by content ([`FakeModel::route`]): a request whose messages (the
+//! Anthropic `system` prompt included) contain a route's `when` text takes that route's next
+//! reply before the queue is consulted, so parallel callers get their own answers whatever
+//! order they arrive in. [`fixture`] reads routes from a JSON file (the pattern examples ship
+//! theirs; `trellis-fake-model --fixture FILE` serves one).
+//!
 //! Each request is recorded ([`FakeModel::requests`]) and then answered in this order:
 //! a path it does not serve gets a 404; with [`FakeModel::require_key`] set, a request
 //! without the key (`Authorization: Bearer` for OpenAI, `x-api-key` for Anthropic) gets a
@@ -43,6 +49,7 @@
 //! # }
 //! ```
 
+pub mod fixture;
 mod server;
 mod wire;
 
@@ -329,8 +336,27 @@ impl ModelRequest {
     }
 }
 
+/// Replies for the requests whose text contains `when` ([`FakeModel::route`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// A text the request's messages must contain (case-sensitive).
+    pub when: String,
+    /// The replies, one per matching request, in order.
+    pub replies: VecDeque<ModelReply>,
+}
+
+impl Route {
+    /// A route answering requests that contain `when` with `replies`, in order.
+    pub fn new(when: impl Into<String>, replies: Vec<ModelReply>) -> Self {
+        Self { when: when.into(), replies: replies.into() }
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
+    routes: Vec<Route>,
+    /// With [`FakeModel::serve_routes`]: the routes to start again once every one is used up.
+    replay: Option<Vec<Route>>,
     queue: VecDeque<ModelReply>,
     requests: Vec<ModelRequest>,
     key: Option<String>,
@@ -393,6 +419,33 @@ impl FakeModel {
         lock(&self.state).queue = replies.into();
     }
 
+    /// Adds a route: each request whose messages contain `when` (checked in the order routes
+    /// were added; the first route with a reply left wins) takes the next of `replies`. A
+    /// request no route takes is answered from the queue, then by default.
+    pub fn route(&self, when: impl Into<String>, replies: Vec<ModelReply>) {
+        lock(&self.state).routes.push(Route::new(when, replies));
+    }
+
+    /// Replaces every route with `routes` (see [`FakeModel::route`]).
+    pub fn set_routes(&self, routes: Vec<Route>) {
+        let mut state = lock(&self.state);
+        state.routes = routes;
+        state.replay = None;
+    }
+
+    /// Like [`FakeModel::set_routes`], but once every route's replies are used up the whole
+    /// set starts again (a standalone server answering one run after another).
+    pub fn serve_routes(&self, routes: Vec<Route>) {
+        let mut state = lock(&self.state);
+        state.routes = routes.clone();
+        state.replay = Some(routes);
+    }
+
+    /// How many routed replies are still unused.
+    pub fn pending_routed(&self) -> usize {
+        lock(&self.state).routes.iter().map(|route| route.replies.len()).sum()
+    }
+
     /// Appends one reply to the queue.
     pub fn push(&self, reply: ModelReply) {
         lock(&self.state).queue.push_back(reply);
@@ -448,6 +501,43 @@ impl Drop for FakeModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn ask(model: &FakeModel, system: &str, user: &str) -> String {
+        let body = serde_json::json!({"model": "m", "messages": [
+            {"role": "system", "content": system}, {"role": "user", "content": user}]});
+        let url = format!("{}/chat/completions", model.openai_base_url());
+        let answer: Value = reqwest::Client::new().post(url).json(&body).send().await.unwrap().json().await.unwrap();
+        answer["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_owned()
+    }
+
+    #[tokio::test]
+    async fn routes_answer_by_content_in_any_order_then_fall_back() {
+        let model = FakeModel::start().await;
+        model.set_routes(vec![
+            Route::new("You are the judge", vec![ModelReply::text("A wins")]),
+            Route::new("angle: risks", vec![ModelReply::text("risky"), ModelReply::text("riskier")]),
+        ]);
+        model.push(ModelReply::text("from the queue"));
+        assert_eq!(ask(&model, "You analyse", "angle: risks").await, "risky");
+        assert_eq!(ask(&model, "You are the judge", "pick").await, "A wins");
+        assert_eq!(ask(&model, "You analyse", "angle: risks").await, "riskier");
+        assert_eq!(model.pending_routed(), 0);
+        // Used-up routes no longer match: the queue, then the default.
+        assert_eq!(ask(&model, "You are the judge", "again").await, "from the queue");
+        assert_eq!(ask(&model, "You are the judge", "again").await, "echo: again");
+    }
+
+    #[tokio::test]
+    async fn served_routes_start_again_once_used_up() {
+        let model = FakeModel::start().await;
+        model.serve_routes(vec![Route::new("judge", vec![ModelReply::text("one"), ModelReply::text("two")])]);
+        let answers = [
+            ask(&model, "judge", "x").await,
+            ask(&model, "judge", "x").await,
+            ask(&model, "judge", "x").await,
+        ];
+        assert_eq!(answers, ["one", "two", "one"]);
+    }
 
     #[test]
     fn finish_reasons_map_per_provider() {

@@ -127,9 +127,24 @@ fn plan(state: &mut State, seen: &ModelRequest, is_json: bool) -> Plan {
     if let Some(message) = wire::invalid(api, seen, is_json) {
         return Plan::Error { api, status: 400, message, retry_after: None };
     }
-    let reply = state.queue.pop_front().unwrap_or_else(ModelReply::echo);
+    let reply = routed(state, seen).or_else(|| state.queue.pop_front()).unwrap_or_else(ModelReply::echo);
     state.served += 1;
     Plan::Reply { api, reply, id: state.served }
+}
+
+/// The next reply of the first route whose `when` the request's text contains.
+fn routed(state: &mut State, seen: &ModelRequest) -> Option<ModelReply> {
+    if state.routes.iter().all(|route| route.replies.is_empty()) {
+        if let Some(replay) = &state.replay {
+            state.routes = replay.clone();
+        }
+    }
+    if state.routes.is_empty() {
+        return None;
+    }
+    let text = wire::all_text(&seen.body);
+    let route = state.routes.iter_mut().find(|route| !route.replies.is_empty() && text.contains(&route.when))?;
+    route.replies.pop_front()
 }
 
 fn json_response(status: u16, body: &Value, retry_after: Option<u64>) -> Response<ReplyBody> {

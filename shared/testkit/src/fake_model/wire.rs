@@ -328,3 +328,16 @@ pub(super) fn input_words(body: &Value) -> u64 {
         .sum();
     (system.split_whitespace().count() + messages) as u64
 }
+
+/// The text a route matches against: the Anthropic `system` prompt and every `system` and
+/// `user` message (not the model's own answers or tool results), joined by newlines.
+pub(super) fn all_text(body: &Value) -> String {
+    let mut text = body.get("system").map(text_of).unwrap_or_default();
+    for message in messages(body) {
+        if matches!(message.get("role").and_then(Value::as_str), Some("system" | "user")) {
+            text.push('\n');
+            text.push_str(&message.get("content").map(text_of).unwrap_or_default());
+        }
+    }
+    text
+}
