@@ -38,8 +38,7 @@ struct Args {
 
 /// Parses `--name value` and `--name=value` flags; `Err` carries the message to print.
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
-    let mut parsed =
-        Args { port: 8089, latency_ms: 0, require_key: None, fixture: None, scenario: "happy".to_owned() };
+    let mut parsed = Args { port: 8089, latency_ms: 0, require_key: None, fixture: None, scenario: "happy".to_owned() };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         if arg == "-h" || arg == "--help" {

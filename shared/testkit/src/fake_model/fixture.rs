@@ -39,7 +39,8 @@ pub struct Fixture {
 impl Fixture {
     /// Reads and checks the fixture at `path`.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|error| format!("{}: cannot read it: {error}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|error| format!("{}: cannot read it: {error}", path.display()))?;
         let document: Value =
             serde_json::from_str(&text).map_err(|error| format!("{}: not JSON: {error}", path.display()))?;
         Self::parse(&document).map_err(|error| format!("{}: {error}", path.display()))
@@ -99,7 +100,8 @@ fn parse_route(route: &Value, at: &str) -> Result<Route, String> {
         .and_then(Value::as_str)
         .filter(|when| !when.is_empty())
         .ok_or_else(|| format!("{at}.when: must be a non-empty string"))?;
-    let replies = object.get("replies").and_then(Value::as_array).ok_or_else(|| format!("{at}.replies: must be an array"))?;
+    let replies =
+        object.get("replies").and_then(Value::as_array).ok_or_else(|| format!("{at}.replies: must be an array"))?;
     let replies = replies
         .iter()
         .enumerate()
@@ -110,10 +112,13 @@ fn parse_route(route: &Value, at: &str) -> Result<Route, String> {
 
 fn parse_reply(reply: &Value, at: &str) -> Result<ModelReply, String> {
     let object = reply.as_object().ok_or_else(|| format!("{at}: must be an object"))?;
-    if let Some(field) =
-        object.keys().find(|key| !matches!(key.as_str(), "text" | "json" | "error" | "malformedJson" | "usage" | "delayMs"))
+    if let Some(field) = object
+        .keys()
+        .find(|key| !matches!(key.as_str(), "text" | "json" | "error" | "malformedJson" | "usage" | "delayMs"))
     {
-        return Err(format!("{at}.{field}: unknown field (a reply has text, json, error, malformedJson, usage, delayMs)"));
+        return Err(format!(
+            "{at}.{field}: unknown field (a reply has text, json, error, malformedJson, usage, delayMs)"
+        ));
     }
     let kinds: Vec<&str> =
         ["text", "json", "error", "malformedJson"].into_iter().filter(|kind| object.contains_key(*kind)).collect();
@@ -136,7 +141,10 @@ fn parse_reply(reply: &Value, at: &str) -> Result<ModelReply, String> {
     };
     if let Some(usage) = object.get("usage") {
         let tokens = |field: &str| {
-            usage.get(field).and_then(Value::as_u64).ok_or_else(|| format!("{at}.usage.{field}: must be a whole number"))
+            usage
+                .get(field)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| format!("{at}.usage.{field}: must be a whole number"))
         };
         parsed = parsed.usage(tokens("input")?, tokens("output")?);
     }
@@ -181,7 +189,9 @@ mod tests {
             bad(json!([{"when": "x", "replies": [{"error": {"status": 200}}]}])),
             "scenarios.s.routes[0].replies[0].error.status: must be an integer from 400 to 599"
         );
-        assert!(bad(json!([{"when": "x", "replies": [{"txt": "a"}]}])).starts_with("scenarios.s.routes[0].replies[0].txt"));
+        assert!(
+            bad(json!([{"when": "x", "replies": [{"txt": "a"}]}])).starts_with("scenarios.s.routes[0].replies[0].txt")
+        );
         assert_eq!(Fixture::parse(&json!({"scenarios": {}})).unwrap_err(), "scenarios: must be a non-empty object");
     }
 }
