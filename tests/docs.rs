@@ -12,9 +12,9 @@
 //! - every ```` ```json workflow ```` block of `docs/authoring.md` and
 //!   `docs/getting-started.md` registers (`POST /v1/workflows` answers 2xx) on an in-process
 //!   embedded host;
-//! - every `trellis …` command shown in a ```` ```sh ```` block of `README.md` and `docs/*.md`,
+//! - every `trellis …` command shown in a ```` ```sh ```` block of `README.md` and `docs/**/*.md`,
 //!   tested or not, is accepted by the real binary's argument parser;
-//! - every relative link between `docs/*.md` and `README.md` names a file that exists (and a
+//! - every relative link between `docs/**/*.md` and `README.md` names a file that exists (and a
 //!   heading, for a `#fragment`).
 
 mod common;
@@ -554,18 +554,30 @@ async fn every_workflow_of_the_guides_registers() {
     host.stop().await;
 }
 
-/// Every `trellis` command shown in a shell block of README.md and docs/*.md parses: the
+/// README.md and every `*.md` of `docs/` and its folders (`docs/patterns/`), sorted.
+fn markdown_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = vec![root.join("README.md")];
+    let mut folders = vec![root.join("docs")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("a docs folder") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files[1..].sort();
+    files
+}
+
+/// Every `trellis` command shown in a shell block of README.md and docs/**/*.md parses: the
 /// real binary accepts its subcommand and flags (`--help` appended, so nothing runs).
 #[test]
 fn every_trellis_command_of_the_docs_parses() {
     let root = repo_root();
-    let mut files = vec![root.join("README.md")];
-    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|ext| ext == "md") {
-            files.push(path);
-        }
-    }
+    let files = markdown_files(&root);
     let mut checked = 0;
     let mut refused = Vec::new();
     for file in &files {
@@ -596,18 +608,12 @@ fn every_trellis_command_of_the_docs_parses() {
     assert!(checked >= 30, "found only {checked} trellis commands in the docs");
 }
 
-/// Every relative link of README.md and docs/*.md names a file that exists, and a `#fragment`
+/// Every relative link of README.md and docs/**/*.md names a file that exists, and a `#fragment`
 /// into a markdown file (or the same file) names one of its headings.
 #[test]
 fn relative_links_between_the_docs_resolve() {
     let root = repo_root();
-    let mut files = vec![root.join("README.md")];
-    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|ext| ext == "md") {
-            files.push(path);
-        }
-    }
+    let files = markdown_files(&root);
     let mut broken = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("readable");

@@ -254,10 +254,15 @@ async fn durations_up_to_the_ceiling_and_ids_up_to_256_characters_are_accepted()
 async fn every_bundled_example_still_registers() {
     let h = harness().await;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/workflows");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|entry| entry.unwrap().path()).collect();
-    paths.retain(|path| path.extension().is_some_and(|ext| ext == "json"));
-    paths.sort();
-    assert!(!paths.is_empty(), "no examples under {}", dir.display());
+    // The examples, then the agent-workflow patterns (their child workflows included).
+    let mut paths = Vec::new();
+    for folder in [dir.clone(), dir.join("patterns")] {
+        let mut found: Vec<_> = std::fs::read_dir(&folder).unwrap().map(|entry| entry.unwrap().path()).collect();
+        found.retain(|path| path.is_file() && path.extension().is_some_and(|ext| ext == "json"));
+        found.sort();
+        assert!(!found.is_empty(), "no examples under {}", folder.display());
+        paths.extend(found);
+    }
     for path in paths {
         let document: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let (status, body) = h.post("/v1/workflows", &document).await;

@@ -486,6 +486,12 @@ impl FakeModel {
         lock(&self.state).requests.len()
     }
 
+    /// How many replies it has answered since it started (scripted, routed or default; not
+    /// the 404/401/400 it refuses), across [`FakeModel::clear_requests`].
+    pub fn served(&self) -> u64 {
+        lock(&self.state).served
+    }
+
     /// Forgets the requests received so far.
     pub fn clear_requests(&self) {
         lock(&self.state).requests.clear();
@@ -531,11 +537,8 @@ mod tests {
     async fn served_routes_start_again_once_used_up() {
         let model = FakeModel::start().await;
         model.serve_routes(vec![Route::new("judge", vec![ModelReply::text("one"), ModelReply::text("two")])]);
-        let answers = [
-            ask(&model, "judge", "x").await,
-            ask(&model, "judge", "x").await,
-            ask(&model, "judge", "x").await,
-        ];
+        let answers =
+            [ask(&model, "judge", "x").await, ask(&model, "judge", "x").await, ask(&model, "judge", "x").await];
         assert_eq!(answers, ["one", "two", "one"]);
     }
 

@@ -15,6 +15,7 @@ pub mod fake_model;
 pub mod host;
 pub mod http_server;
 pub mod net;
+pub mod patterns;
 pub mod process;
 pub mod script;
 pub mod supervisor_model;

@@ -81,7 +81,8 @@ pub fn assert_log_well_formed(events: &[Value]) {
     }
 }
 
-fn is_terminal(status: &str) -> bool {
+/// Whether `status` is a terminal run status.
+pub fn is_terminal(status: &str) -> bool {
     matches!(status, "completed" | "failed" | "cancelled")
 }
 
