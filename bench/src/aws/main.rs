@@ -6,7 +6,8 @@
 //! With `--cold-starts N` it only times N cold starts of each function binary found in
 //! `--functions` (size and median start-up; `scripts/bench-lambda.sh`). With `--fan-out N`
 //! it only measures parallel fan-out (a forEach and a parallel dispatch of N noop children;
-//! see [`fanout`]).
+//! see [`fanout`]). With `--patterns` it only measures the runs of the six agent-workflow
+//! patterns' checks (see [`patterns`]).
 //!
 //! Run it through the emulator wrapper:
 //! `unshare -n bash scripts/emulators.sh run -- ./target/release/trellis-bench-aws`
@@ -17,6 +18,7 @@ mod fanout;
 #[allow(dead_code)]
 #[path = "../fanout_shapes.rs"]
 mod fanout_shapes;
+mod patterns;
 mod reconciler;
 mod startup;
 
@@ -63,6 +65,10 @@ struct Args {
     /// peak concurrency and the cost per child; 0 runs the step benchmark instead.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000))]
     fan_out: u64,
+    /// Only measure the six agent-workflow patterns of `examples/workflows/patterns/`: the cost
+    /// of every run their checks create, against the fake model.
+    #[arg(long)]
+    patterns: bool,
 }
 
 #[tokio::main]
@@ -101,6 +107,10 @@ async fn main() {
     let api = AwsApp::new_api(settings.clone(), &config);
     let app = AwsApp::new(settings.clone(), &config);
     let apps = Apps { app: &app, api: &api };
+    if args.patterns {
+        patterns::figures(&settings, &config, &sqs).await;
+        return;
+    }
     if args.fan_out > 0 {
         fanout::figures(&apps, &sqs, [&queue_url, &completion_url], args.fan_out as usize).await;
         return;
