@@ -52,6 +52,7 @@ impl Cost {
 
 /// One run a check created.
 struct Segment {
+    scenario: String,
     workflow_id: String,
     run_id: String,
     start: Cost,
@@ -66,12 +67,15 @@ struct MeteredStack<'a> {
     sqs: &'a aws_sdk_sqs::Client,
     queues: [(String, QueueKind); 2],
     model: &'a FakeModel,
-    /// SQS receives and deletes of the pump (sends are the apps' own counts).
+    /// SQS receives that returned a message and deletes, one each per message at batch size 1
+    /// (sends are the apps' own counts).
     pump_requests: u64,
     invocations: u64,
     /// What the check's `GET`s cost (the API function reading for the observer).
     polling: Usage,
     segments: Vec<Segment>,
+    /// The scenario the check plays now.
+    scenario: String,
 }
 
 impl MeteredStack<'_> {
@@ -137,17 +141,30 @@ impl Driver for MeteredStack<'_> {
         }
         if creates && status == 201 {
             let run_id = answer["runId"].as_str().unwrap_or_default().to_owned();
-            self.segments.push(Segment { workflow_id: workflow_id.unwrap_or_default(), run_id, start, end: None });
+            let scenario = self.scenario.clone();
+            self.segments.push(Segment {
+                scenario,
+                workflow_id: workflow_id.unwrap_or_default(),
+                run_id,
+                start,
+                end: None,
+            });
         }
         (status, answer)
+    }
+
+    fn scenario(&mut self, name: &str) {
+        self.scenario = name.to_owned();
     }
 
     async fn tick(&mut self) {
         let mut idle = true;
         for (queue, kind) in self.queues.clone() {
             let received = pump::receive(self.sqs, &queue, 1, 0).await.expect("receive");
-            self.pump_requests += 1;
             let Some(message) = received.into_iter().next() else { continue };
+            // A receive that returned the message; the empty polls of this pump are not counted
+            // (their number follows the check's polling, not the work).
+            self.pump_requests += 1;
             idle = false;
             self.invocations += 1;
             let event = pump::sqs_event(std::slice::from_ref(&message));
@@ -198,11 +215,14 @@ pub(crate) async fn figures(settings: &Settings, config: &aws_config::SdkConfig,
         invocations: 0,
         polling: Usage::default(),
         segments: Vec::new(),
+        scenario: String::new(),
     };
     println!(
         "trellis-bench-aws --patterns: every run of each pattern's checks, on the emulated stack (polling excluded)"
     );
-    println!("| pattern | run | workflow | status | model calls | WRU | RRU | SQS requests | dispatcher invocations |");
+    println!(
+        "| pattern | scenario | workflow | status | model calls | WRU | RRU | SQS requests | invocations (dispatcher, completion) |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     for pattern in patterns::PATTERNS {
         stack.segments.clear();
@@ -213,7 +233,7 @@ pub(crate) async fn figures(settings: &Settings, config: &aws_config::SdkConfig,
         }
         stack.close_segment();
         let segments = std::mem::take(&mut stack.segments);
-        for (index, segment) in segments.iter().enumerate() {
+        for segment in &segments {
             let status = stack.send("GET", &format!("/v1/runs/{}", segment.run_id), None, true).await.1["status"]
                 .as_str()
                 .unwrap_or("?")
@@ -221,7 +241,7 @@ pub(crate) async fn figures(settings: &Settings, config: &aws_config::SdkConfig,
             let cost = segment.end.unwrap_or(segment.start).minus(segment.start);
             println!(
                 "| {pattern} | {} | {} | {status} | {} | {} | {} | {} | {} |",
-                index + 1,
+                segment.scenario,
                 segment.workflow_id,
                 cost.model_calls,
                 cost.write_units,

@@ -36,6 +36,9 @@ pub trait Driver: Send {
     /// Lets the backend make progress for a moment (the AWS driver processes queued
     /// messages; the embedded host has its own worker and just waits a little).
     async fn tick(&mut self);
+    /// Told the name of the scenario a check plays next (a metering driver labels its figures
+    /// with it); nothing by default.
+    fn scenario(&mut self, _name: &str) {}
 }
 
 /// A driver for a host served over HTTP (the embedded host).

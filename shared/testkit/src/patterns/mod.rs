@@ -92,7 +92,8 @@ impl Env<'_> {
 
     /// Serves scenario `scenario` of `pattern`'s fixture on the fake model (every earlier route
     /// and recorded request forgotten); returns the number of replies it scripts.
-    pub fn script(&self, pattern: &str, scenario: &str) -> usize {
+    pub fn script(&mut self, pattern: &str, scenario: &str) -> usize {
+        self.driver.scenario(scenario);
         let fixture = fixture(pattern);
         let routes = fixture.routes(scenario).unwrap_or_else(|error| panic!("{pattern}: {error}"));
         let count = routes.iter().map(|route| route.replies.len()).sum();
