@@ -28,7 +28,7 @@
 //! on the run's `childRuns` in order (`absent`: neither in the child's inputs nor variables).
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -116,6 +116,17 @@ impl<'a> Runner<'a> {
     /// Waits until the run's snapshot satisfies `done` (5 s at most). A run that does not
     /// exist yet (a child whose creation is still queued) is waited for too.
     pub async fn await_snapshot(&mut self, run_id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        self.await_snapshot_within(run_id, what, SPEC_DEADLINE, done).await
+    }
+
+    /// [`Runner::await_snapshot`], waiting at most `within`.
+    pub async fn await_snapshot_within(
+        &mut self,
+        run_id: &str,
+        what: &str,
+        within: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
         let started = Instant::now();
         loop {
             let (status, snapshot) = self.driver.call("GET", &format!("/v1/runs/{run_id}"), None, true).await;
@@ -123,7 +134,7 @@ impl<'a> Runner<'a> {
             if status == 200 && done(&snapshot) {
                 return snapshot;
             }
-            assert!(started.elapsed() < SPEC_DEADLINE, "{run_id}: no {what} within {SPEC_DEADLINE:?}: {snapshot}");
+            assert!(started.elapsed() < within, "{run_id}: no {what} within {within:?}: {snapshot}");
             self.driver.tick().await;
         }
     }

@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 
-use super::{payloads, Env};
+use super::{message_text, payloads, scripted_json, Env};
 use crate::fake_model::ModelRequest;
 
 const PATTERN: &str = "fan-out-and-synthesize";
@@ -21,26 +21,6 @@ const MARKER: &str = "You are the synthesizer";
 pub async fn check(env: &mut Env<'_>) {
     happy(env).await;
     analyst_fails(env).await;
-}
-
-/// The text of the request's first message of `role`.
-fn message_text(request: &ModelRequest, role: &str) -> String {
-    request
-        .messages()
-        .iter()
-        .find(|message| message["role"] == role)
-        .and_then(|message| message["content"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// The scripted `json` answer of the route of `scenario` whose `when` is `when`.
-fn scripted(scenario: &str, when: &str) -> Value {
-    let text = std::fs::read_to_string(super::dir().join("fixtures").join(format!("{PATTERN}.json"))).unwrap();
-    let document: Value = serde_json::from_str(&text).unwrap();
-    let routes = document["scenarios"][scenario]["routes"].as_array().expect("routes").clone();
-    let route = routes.into_iter().find(|route| route["when"] == when).unwrap_or_else(|| panic!("route {when}"));
-    route["replies"][0]["json"].clone()
 }
 
 /// Runs the pattern with the default angles; the terminal snapshot and the model requests.
@@ -93,7 +73,7 @@ async fn assert_loop_finished(env: &mut Env<'_>, run_id: &str, outcome: &str, co
 async fn happy(env: &mut Env<'_>) {
     let scenario = "happy";
     let (run_id, snapshot, requests) = run(env, scenario).await;
-    let synthesis = scripted(scenario, MARKER);
+    let synthesis = scripted_json(PATTERN, scenario, MARKER);
     let outputs = &snapshot["outputs"];
     assert_eq!(
         outputs,
@@ -107,7 +87,8 @@ async fn happy(env: &mut Env<'_>) {
     for (index, (result, angle)) in findings.iter().zip(ANGLES).enumerate() {
         assert_eq!(result["index"], index, "{scenario}: {result}");
         assert_eq!(result["status"], "completed", "{scenario}: {result}");
-        let expected = json!({ "item": angle, "analysis": scripted(scenario, &format!("Your angle: {angle}")) });
+        let expected =
+            json!({ "item": angle, "analysis": scripted_json(PATTERN, scenario, &format!("Your angle: {angle}")) });
         assert_eq!(result["outputs"], expected, "{scenario}: {result}");
     }
     assert_eq!(synthesizer_findings(scenario, &requests), json!(findings), "{scenario}: the synthesizer's input");
@@ -117,7 +98,7 @@ async fn happy(env: &mut Env<'_>) {
 async fn analyst_fails(env: &mut Env<'_>) {
     let scenario = "analyst-fails";
     let (run_id, snapshot, requests) = run(env, scenario).await;
-    let synthesis = scripted(scenario, MARKER);
+    let synthesis = scripted_json(PATTERN, scenario, MARKER);
     assert_eq!(
         snapshot["outputs"],
         json!({ "synthesis": synthesis, "itemCount": 4, "completedCount": 3, "failedCount": 1 }),

@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 
-use super::{payloads, Env};
+use super::{message_text, payloads, scripted_json, Env};
 use crate::fake_model::ModelRequest;
 
 const PATTERN: &str = "generate-and-filter";
@@ -24,26 +24,6 @@ const DEFAULT_CONSTRAINTS: &str =
 pub async fn check(env: &mut Env<'_>) {
     two_kept(env).await;
     none_passed(env).await;
-}
-
-/// The text of the request's first message of `role`.
-fn message_text(request: &ModelRequest, role: &str) -> String {
-    request
-        .messages()
-        .iter()
-        .find(|message| message["role"] == role)
-        .and_then(|message| message["content"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// The scripted `json` answer of the route of `scenario` whose `when` is `when`.
-fn scripted(scenario: &str, when: &str) -> Value {
-    let text = std::fs::read_to_string(super::dir().join("fixtures").join(format!("{PATTERN}.json"))).unwrap();
-    let document: Value = serde_json::from_str(&text).unwrap();
-    let routes = document["scenarios"][scenario]["routes"].as_array().expect("routes").clone();
-    let route = routes.into_iter().find(|route| route["when"] == when).unwrap_or_else(|| panic!("route {when}"));
-    route["replies"][0]["json"].clone()
 }
 
 /// Runs the pattern with `inputs`; asserts what every scenario shares (completed, five calls,
@@ -73,7 +53,7 @@ async fn run(env: &mut Env<'_>, scenario: &str, inputs: Value, constraints: &str
     for (index, (result, style)) in candidates.iter().zip(STYLES).enumerate() {
         assert_eq!(result["index"], index, "{scenario}: {result}");
         assert_eq!(result["status"], "completed", "{scenario}: {result}");
-        let expected = json!({ "item": style, "draft": scripted(scenario, &format!("Style: {style}")) });
+        let expected = json!({ "item": style, "draft": scripted_json(PATTERN, scenario, &format!("Style: {style}")) });
         assert_eq!(result["outputs"], expected, "{scenario}: {result}");
     }
 
@@ -88,7 +68,7 @@ async fn run(env: &mut Env<'_>, scenario: &str, inputs: Value, constraints: &str
     assert_eq!(rendered, json!(candidates), "{scenario}: the filter's input");
 
     // The verdict, reasons included, is in the outputs and the variables; one end node ran.
-    let verdict = scripted(scenario, MARKER);
+    let verdict = scripted_json(PATTERN, scenario, MARKER);
     assert_eq!(snapshot["outputs"], json!({ "outcome": outcome, "verdict": verdict }), "{scenario}: {snapshot}");
     assert_eq!(snapshot["variables"]["outcome"], outcome, "{scenario}: {snapshot}");
     assert_eq!(snapshot["variables"]["verdict"], verdict, "{scenario}: {snapshot}");

@@ -17,14 +17,14 @@ pub mod loop_until_done;
 pub mod tournament;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::fake_model::fixture::Fixture;
 use crate::fake_model::{FakeModel, ModelRequest};
 use crate::http_server::TestServer;
-use crate::script::is_terminal;
+use crate::script::{is_terminal, Runner};
 use crate::Driver;
 
 /// How long a pattern run may take to reach what a check waits for (the emulated stack pumps
@@ -127,19 +127,7 @@ impl Env<'_> {
 
     /// Waits (at most [`PATTERN_DEADLINE`]) until the run's snapshot satisfies `done`.
     pub async fn wait(&mut self, run_id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let started = Instant::now();
-        loop {
-            let (status, snapshot) = self.driver.call("GET", &format!("/v1/runs/{run_id}"), None, true).await;
-            assert!(status == 200 || status == 404, "snapshot of {run_id}: {snapshot}");
-            if status == 200 && done(&snapshot) {
-                return snapshot;
-            }
-            assert!(
-                started.elapsed() < PATTERN_DEADLINE,
-                "{run_id}: no {what} within {PATTERN_DEADLINE:?}: {snapshot}"
-            );
-            self.driver.tick().await;
-        }
+        Runner::new(&mut *self.driver).await_snapshot_within(run_id, what, PATTERN_DEADLINE, done).await
     }
 
     /// Waits until the run is terminal; its snapshot.
@@ -177,4 +165,29 @@ pub fn payloads<'e>(events: &'e [Value], event_type: &str) -> Vec<&'e Value> {
 /// The error code of the run's `run.failed` (`None` if it did not fail).
 pub fn failure_code(snapshot: &Value) -> Option<&str> {
     snapshot["error"]["code"].as_str()
+}
+
+/// The text of `request`'s first message of `role` (string content; empty if none).
+pub fn message_text(request: &ModelRequest, role: &str) -> String {
+    request
+        .messages()
+        .iter()
+        .find(|message| message["role"] == role)
+        .and_then(|message| message["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The first scripted `json` answer of the route whose `when` is `when` in scenario `scenario`
+/// of `pattern`'s fixture file.
+pub fn scripted_json(pattern: &str, scenario: &str, when: &str) -> Value {
+    let path = dir().join("fixtures").join(format!("{pattern}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    let document: Value = serde_json::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    let routes = document["scenarios"][scenario]["routes"].as_array().cloned().unwrap_or_default();
+    let route = routes
+        .into_iter()
+        .find(|route| route["when"] == when)
+        .unwrap_or_else(|| panic!("{pattern}/{scenario}: no route {when}"));
+    route["replies"][0]["json"].clone()
 }
