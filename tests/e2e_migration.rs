@@ -1,6 +1,6 @@
-//! Databases written by earlier releases (SQLite layout 3, `tests/data/layout3`, and layout 4,
-//! `tests/data/layout4`) open with today's build, migrate, and each run parked in them
-//! finishes: the overdue delay fires,
+//! Databases written by earlier releases (SQLite layout 3, `tests/data/layout3`, layout 4,
+//! `tests/data/layout4`, and layout 5, `tests/data/layout5`) open with today's build, migrate,
+//! and each run parked in them finishes: the overdue delay fires,
 //! the standalone approval resolves (by the interrupt token minted under the copied host
 //! secret), the child's approval resolves and its parent completes. Every log continues the
 //! old one: the stored events stay as they were and the new ones follow without a gap.
@@ -48,6 +48,15 @@ const LAYOUT_4: Fixture = Fixture {
     approval: "run-01a234d1-1048-7244-b147-316d40e9d8a8",
     parent: "run-01a234d1-113b-7585-bd20-9645bcc1155b",
     child: "run-164d019881b7f5b9cdf6af0b181e32b7",
+};
+
+const LAYOUT_5: Fixture = Fixture {
+    dir: "layout5",
+    layout: 5,
+    delay: "run-01a24f1e-af86-7714-b47a-2033b0e74572",
+    approval: "run-01a24f1e-af95-75ba-b604-74493e39092d",
+    parent: "run-01a24f1e-afa0-7132-8933-e1a4131388fc",
+    child: "run-01bf95cdbccb295501278d426318297c",
 };
 
 /// The events each run had in the fixture: `(type, nodeId)` at sequence 0, 1, ...
@@ -135,6 +144,11 @@ async fn a_layout_4_database_opens_and_every_parked_run_finishes() {
     every_parked_run_finishes(&LAYOUT_4).await;
 }
 
+#[tokio::test]
+async fn a_layout_5_database_opens_and_every_parked_run_finishes() {
+    every_parked_run_finishes(&LAYOUT_5).await;
+}
+
 async fn every_parked_run_finishes(fixture: &Fixture) {
     let dir = copied_data_dir(fixture);
     let db = dir.path().join("trellis.db");
@@ -193,9 +207,16 @@ async fn every_parked_run_finishes(fixture: &Fixture) {
     );
     host.stop().await;
 
-    // The migrated file opens again (the host released it), and closing it checkpoints the
-    // write-ahead log, so the header holds the layout the open wrote.
-    drop(trellis_store_sqlite::SqliteStore::open(&db).expect("the migrated database reopens"));
+    // The migrated file opens again (the host released it) with the host records of layout 6
+    // in place, and closing it checkpoints the write-ahead log, so the header holds the layout
+    // the open wrote.
+    let store = trellis_store_sqlite::SqliteStore::open(&db).expect("the migrated database reopens");
+    {
+        use trellis_core::ports::{Expect, RecordStore};
+        let written = store.put_record("migration", "check", "k", &json!({"ok": true}), None, Expect::Absent, 1).await;
+        assert_eq!(written, Ok(1), "host records after the migration");
+    }
+    drop(store);
     assert!(!dir.path().join("trellis.db-wal").exists(), "the write-ahead log is checkpointed at close");
     let layout = header_user_version(&db);
     assert!(layout > fixture.layout, "user_version after open is {layout}");

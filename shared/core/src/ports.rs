@@ -357,11 +357,83 @@ pub trait HostSettings: Send + Sync {
     async fn put_setting(&self, key: &str, value: &Value) -> Result<(), StoreError>;
 }
 
-/// Definitions, runs and host settings: what every durable store provides (the shared
-/// contract suite holds each implementation to it).
-pub trait Store: WorkflowStore + RunStore + HostSettings {}
+/// A host record: the host's own bookkeeping beside runs — webhook and trigger
+/// subscriptions, delivery records, schedules, per-subscription logs. Records of one
+/// `(kind, scope)` list in `key` order; each write bumps `version`, so a writer can make its
+/// write conditional on what it read ([`Expect`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// What it is (`webhook`, `delivery`, `schedule`, …): one family of records.
+    pub kind: String,
+    /// The listing it belongs to (a tenant, a subscription, or `all`).
+    pub scope: String,
+    /// Its key within `(kind, scope)`; listings sort by it (byte order).
+    pub key: String,
+    /// 1 when created, one more with each write.
+    pub version: u64,
+    /// The document.
+    pub value: Value,
+    /// When it lapses: reads ignore it from then on (stores may delete it later).
+    pub expires_at: Option<Millis>,
+}
 
-impl<T: WorkflowStore + RunStore + HostSettings> Store for T {}
+/// The condition of a record write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Whatever is stored (an upsert).
+    Any,
+    /// Only when no live record has the key (an expired one counts as absent).
+    Absent,
+    /// Only when the stored record has this version.
+    Version(u64),
+}
+
+/// Host records ([`Record`]): one port for the integration bookkeeping of both backends
+/// (SQLite table `records`; DynamoDB items `REC#<kind>#<scope>` / `<key>`).
+#[async_trait]
+pub trait RecordStore: Send + Sync {
+    /// The live record `(kind, scope, key)` at `now`.
+    async fn record(&self, kind: &str, scope: &str, key: &str, now: Millis) -> Result<Option<Record>, StoreError>;
+    /// Writes `value` if `expect` holds (else [`StoreError::Conflict`]) and returns the
+    /// version written.
+    #[allow(clippy::too_many_arguments)]
+    async fn put_record(
+        &self,
+        kind: &str,
+        scope: &str,
+        key: &str,
+        value: &Value,
+        expires_at: Option<Millis>,
+        expect: Expect,
+        now: Millis,
+    ) -> Result<u64, StoreError>;
+    /// Deletes the record if `expect` holds; whether a live record was deleted
+    /// ([`StoreError::Conflict`] when `expect` names a version that is not stored).
+    async fn delete_record(
+        &self,
+        kind: &str,
+        scope: &str,
+        key: &str,
+        expect: Expect,
+        now: Millis,
+    ) -> Result<bool, StoreError>;
+    /// The live records of `(kind, scope)` with a key after `after` (exclusive), in key
+    /// order, at most `limit`.
+    async fn records(
+        &self,
+        kind: &str,
+        scope: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Millis,
+    ) -> Result<Vec<Record>, StoreError>;
+}
+
+/// Definitions, runs, host settings and host records: what every durable store provides (the
+/// shared contract suite holds each implementation to it).
+pub trait Store: WorkflowStore + RunStore + HostSettings + RecordStore {}
+
+impl<T: WorkflowStore + RunStore + HostSettings + RecordStore> Store for T {}
 
 /// The time.
 #[async_trait]

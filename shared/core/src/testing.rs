@@ -1,10 +1,12 @@
 //! Test support shared by every adapter: fixture builders and the store contract suite.
 //! Each store adapter runs [`store_contract`] against itself, so both backends are held to
 //! the same behaviour. The concurrency checks ([`races`]) race spawned tasks and need a
-//! multi-thread tokio runtime; [`retention`] checks idempotency expiry with explicit times.
+//! multi-thread tokio runtime; [`retention`] checks idempotency expiry with explicit times;
+//! [`host_records`] holds both stores to the host record port, races included.
 
 pub mod activity;
 mod fanout;
+mod host_records;
 mod races;
 mod retention;
 pub mod votes;
@@ -82,6 +84,7 @@ pub async fn store_contract(store: Arc<dyn Store>) {
     interrupts_and_votes_are_durable_and_one_resolution_wins(store.clone()).await;
     host_settings_round_trip(store.clone()).await;
     fanout::fan_out_records_round_trip(store.clone()).await;
+    host_records::host_records_round_trip(store.clone()).await;
     crash_points_lose_and_duplicate_nothing(store).await;
 }
 

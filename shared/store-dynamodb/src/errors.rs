@@ -42,3 +42,17 @@ pub(crate) fn unless_condition_failed<T, E: ProvideErrorMetadata + std::fmt::Deb
         Err(error) => Err(unavailable(error)),
     }
 }
+
+/// The outcome of a conditional write: `Some` when it was written, `None` when its condition
+/// did not hold; any other failure is reported.
+pub(crate) fn written_unless_condition_failed<T, E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
+    result: Result<T, SdkError<E, R>>,
+) -> Result<Option<T>, StoreError> {
+    match result {
+        Ok(output) => Ok(Some(output)),
+        Err(SdkError::ServiceError(service)) if service.err().code() == Some("ConditionalCheckFailedException") => {
+            Ok(None)
+        }
+        Err(error) => Err(unavailable(error)),
+    }
+}

@@ -109,6 +109,18 @@ pub(crate) fn setting_sk(key: &str) -> String {
     format!("SETTING#{key}")
 }
 
+/// The partition of the host records of `(kind, scope)` (`trellis_core::ports::Record`): their
+/// items sort by key, so a listing is one query. `kind` has no `#` (the stores refuse one),
+/// so no two `(kind, scope)` pairs share a partition.
+pub(crate) fn record_pk(kind: &str, scope: &str) -> String {
+    format!("REC#{kind}#{scope}")
+}
+
+/// The sort key of host record `key`: the key itself (its partition holds records only).
+pub(crate) fn record_sk(key: &str) -> String {
+    key.to_owned()
+}
+
 /// The `ClientRequestToken` of a commit: the same for a retry of the same commit.
 pub(crate) fn commit_token(run_id: &str, expected_version: u64) -> String {
     let digest = Sha256::digest(format!("{run_id}:{expected_version}").as_bytes());
@@ -126,5 +138,11 @@ mod tests {
         assert_eq!(commit_token("r", 1), commit_token("r", 1));
         assert_ne!(commit_token("r", 1), commit_token("r", 2));
         assert_eq!(commit_token("r", 1).len(), 36);
+    }
+
+    #[test]
+    fn record_keys_keep_kinds_and_scopes_apart() {
+        assert_eq!((record_pk("webhook", "t1"), record_sk("a#b")), ("REC#webhook#t1".to_owned(), "a#b".to_owned()));
+        assert_ne!(record_pk("a", "b#c"), record_pk("ab", "c"));
     }
 }

@@ -16,6 +16,7 @@
 //! | idempotency record  | `IDEM#<tenant>#<sha256(endpoint:key)>` | `IDEM`                 | `state` pending (leased) or completed (with the answer); `expires_at` = creation + retention |
 //! | workflow definition | `WF#<namespace>#<workflowId>`          | `H#<contentHash>`      | `version` label, `seq` orders versions |
 //! | workflow directory  | `WFDIR#<namespace>`                    | `<workflowId>`         | lists a namespace's ids by query |
+//! | host record         | `REC#<kind>#<scope>`                   | `<key>`                | `version`, `value` (JSON text), optional `expires_at_ms` (exact) and `expires_at` (TTL, seconds rounded up); conditional puts and deletes (see `store/host_records.rs`) |
 //!
 //! The global secondary index `runs_by_tenant` (`gsi1pk = TENANT#<tenant>`, `gsi1sk =
 //! <createdAt:020>#<runId>`) lists a tenant's runs newest first; a listed run is read from its
@@ -25,7 +26,9 @@
 //! attribute): creation time plus the retention period (30 days unless configured), so a
 //! run's items expire together; reads treat an expired run as gone. Idempotency records
 //! carry `expires_at` too (creation plus `limits::IDEMPOTENCY_RETENTION_SECONDS`); TTL
-//! deletion is lazy, so claims and keyed creates treat an older record as absent.
+//! deletion is lazy, so claims and keyed creates treat an older record as absent. A host
+//! record that lapses carries it as well, and reads and conditions treat it as absent from
+//! its `expires_at_ms` on.
 //!
 //! Pages, run items, votes, markers, slots and outbox entries carry `format`: 4 on a page
 //! whose state holds a parallel fan-out (its checkpoint lacks the slot records) and on slot

@@ -21,6 +21,7 @@ use crate::errors::{unavailable, unless_condition_failed};
 use crate::keys::{self, PK, RUNS_BY_TENANT, SK};
 use crate::meter::Meter;
 
+mod host_records;
 mod hot;
 mod outbox;
 mod reads;

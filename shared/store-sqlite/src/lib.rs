@@ -14,6 +14,7 @@
 //! | `tasks`       | the local queue *and* the outbox: due steps, timers and deadlines      |
 //! | `votes`       | approval votes by `(run_id, interrupt_id, voter)` (the state keeps a tally) |
 //! | `settings`    | host-wide settings (the capability overlay)                            |
+//! | `records`     | host records by `(kind, scope, key)`: a version, a JSON value, an optional expiry (see `host_records`) |
 //!
 //! A commit is one transaction: the run row (guarded by its version) and the node and
 //! variable rows the step touched, the new events, the votes they cast and the new task rows.
@@ -22,11 +23,13 @@
 //! a no-op. The database is opened in exclusive locking mode: one host process owns a data
 //! directory, so at open every task lease and every pending idempotency claim of a previous
 //! (crashed) process is released, and finished idempotency records past the retention are
-//! deleted (later, a bounded batch per claim). [`RowUsage`] counts the rows each operation
+//! deleted (later, a bounded batch per claim), as are lapsed host records (later, a bounded
+//! batch per record put). [`RowUsage`] counts the rows each operation
 //! touches.
 
 mod batch;
 mod cache;
+mod host_records;
 mod pages;
 mod records;
 mod schema;

@@ -2,7 +2,7 @@
 
 /// The layout version this build writes (`PRAGMA user_version`). A database of an older
 /// version is migrated at open ([`MIGRATIONS`]); a newer one is refused rather than misread.
-pub(crate) const SCHEMA_VERSION: i64 = 5;
+pub(crate) const SCHEMA_VERSION: i64 = 6;
 
 /// The `votes` table (layout 3): one row per `(run, interrupt occurrence, voter)`.
 const VOTES: &str = "
@@ -37,6 +37,22 @@ CREATE TABLE IF NOT EXISTS run_variables (
 ) WITHOUT ROWID;
 ";
 
+/// The host records (layout 6, see `host_records`): one row per `(kind, scope, key)`, listed
+/// in key order within `(kind, scope)`; `expires_at` (milliseconds, `NULL` for never) is
+/// indexed for the deletion of lapsed records.
+pub(crate) const HOST_RECORDS: &str = "
+CREATE TABLE IF NOT EXISTS records (
+    kind       TEXT    NOT NULL,
+    scope      TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    value      TEXT    NOT NULL,
+    expires_at INTEGER,
+    PRIMARY KEY (kind, scope, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS records_by_expiry ON records (expires_at);
+";
+
 /// What a migration step does.
 pub(crate) enum Step {
     /// Runs these statements.
@@ -53,12 +69,15 @@ pub(crate) enum Step {
 /// miscount its votes. Version 4 splits each run's state document into a header row, edge
 /// letters and node and variable rows (a step writes only what it changed); older builds
 /// refuse it too. Version 5 stores the events a commit appends as pages, a row per up to 64
-/// events instead of a row per event (see `pages`); older builds refuse it.
+/// events instead of a row per event (see `pages`); older builds refuse it. Version 6 adds the
+/// host records (`records`, see `host_records`); older builds refuse it too (they would not
+/// know the records a host keeps there).
 pub(crate) const MIGRATIONS: &[(i64, Step)] = &[
     (1, Step::Sql("ALTER TABLE events ADD COLUMN causation INTEGER;")),
     (2, Step::Sql(VOTES)),
     (3, Step::Convert(crate::records::split_state_documents)),
     (4, Step::Convert(crate::pages::convert_event_rows)),
+    (5, Step::Sql(HOST_RECORDS)),
 ];
 
 /// The base tables; every statement is idempotent.
@@ -112,8 +131,8 @@ CREATE TABLE IF NOT EXISTS settings (
 ) WITHOUT ROWID;
 ";
 
-/// Every statement of the current layout (the base tables, then the layout-3, layout-4 and
-/// layout-5 additions).
+/// Every statement of the current layout (the base tables, then the layout-3, layout-4,
+/// layout-5 and layout-6 additions).
 pub(crate) fn ddl() -> String {
-    format!("{DDL}{VOTES}{IDEMPOTENCY_BY_AGE}{RUN_RECORDS}{}", crate::pages::EVENT_PAGES)
+    format!("{DDL}{VOTES}{IDEMPOTENCY_BY_AGE}{RUN_RECORDS}{}{HOST_RECORDS}", crate::pages::EVENT_PAGES)
 }

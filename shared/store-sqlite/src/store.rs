@@ -31,9 +31,9 @@ const PRUNE_BATCH: i64 = 64;
 pub struct SqliteStore {
     /// Declared first: dropped first, so its thread has let go of the connection before the
     /// connection closes (a reopen of the file right after succeeds).
-    writer: Writer,
+    pub(crate) writer: Writer,
     pub(crate) connection: Arc<Mutex<Connection>>,
-    counters: Arc<Counters>,
+    pub(crate) counters: Arc<Counters>,
     pub(crate) hot: Arc<HotRuns>,
 }
 
@@ -61,6 +61,11 @@ pub(crate) fn unavailable(error: rusqlite::Error) -> StoreError {
         }
         _ => StoreError::Unavailable(error.to_string()),
     }
+}
+
+/// A run write answered as only a host record write can: a bug in the writer.
+fn record_answer() -> StoreError {
+    StoreError::Corrupt("a run write got a host record's answer".to_owned())
 }
 
 pub(crate) fn corrupt(error: serde_json::Error) -> StoreError {
@@ -151,6 +156,7 @@ impl SqliteStore {
         // belonged to a process that is gone: free its keys now rather than after its lease.
         connection.execute("DELETE FROM idempotency WHERE state = 'pending'", []).map_err(unavailable)?;
         prune_idempotency(&connection, system_now(), i64::MAX)?;
+        crate::host_records::prune(&connection, system_now(), i64::MAX)?;
         let connection = Arc::new(Mutex::new(connection));
         let (counters, hot) = (Arc::new(Counters::default()), Arc::new(HotRuns::default()));
         let writer = Writer::start(connection.clone(), counters.clone(), hot.clone());
@@ -166,7 +172,7 @@ impl SqliteStore {
     /// persisted nothing.
     pub fn table_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
         let connection = self.lock();
-        ["workflows", "runs", "events", "idempotency", "tasks", "votes"]
+        ["workflows", "runs", "events", "idempotency", "tasks", "votes", "records"]
             .into_iter()
             .map(|table| {
                 if table == "events" {
@@ -406,6 +412,7 @@ impl RunStore for SqliteStore {
             Answer::Done => {}
             Answer::Existing(record) => return Ok(CreateResult::Existing(record)),
             Answer::Conflict => return Err(StoreError::Conflict),
+            Answer::Version(_) | Answer::Deleted(_) => return Err(record_answer()),
         }
         Ok(CreateResult::Created)
     }
@@ -481,6 +488,7 @@ impl RunStore for SqliteStore {
         match self.writer.write(write).await? {
             Answer::Done => {}
             Answer::Conflict | Answer::Existing(_) => return Err(StoreError::Conflict),
+            Answer::Version(_) | Answer::Deleted(_) => return Err(record_answer()),
         }
         Ok(())
     }

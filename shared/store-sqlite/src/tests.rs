@@ -181,3 +181,45 @@ async fn claims_and_acknowledgements_skip_their_fsync_but_leave_every_later_comm
     assert_eq!(synchronous(&store), 2, "FULL again after the acknowledgement");
     assert!(store.claim_due(30, 30_000, 10).await.unwrap().is_empty());
 }
+
+/// A database of the previous layout (5, before host records): its run, events and tasks
+/// read back as written after the open adds the `records` table at layout 6, and host
+/// records work at once.
+#[tokio::test]
+async fn a_layout_5_database_gains_the_host_records_and_keeps_its_runs() {
+    use serde_json::json;
+    use trellis_core::engine::{self, Effect, Input};
+    use trellis_core::ports::{Expect, RecordStore, RunStore};
+    use trellis_core::testing::{chain_workflow, pending_run};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let workflow = chain_workflow();
+    let (run, events, effects) = {
+        let store = SqliteStore::open(&path).unwrap();
+        let mut run = pending_run(&workflow, "run-5", "t");
+        store.create_run(&run, &[], &[], None).await.unwrap();
+        let outcome = engine::apply(&workflow, &mut run, Input::Start, 2);
+        run.version = 1;
+        store.commit(&run, 0, &outcome.events, &outcome.effects).await.unwrap();
+        (run, outcome.events, outcome.effects)
+    };
+    {
+        // What layout 5 wrote: everything but the host records.
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch("DROP INDEX records_by_expiry; DROP TABLE records; PRAGMA user_version = 5;").unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.load_run("run-5").await.unwrap().unwrap(), run);
+    assert_eq!(store.events_after("run-5", None, 100).await.unwrap(), events);
+    let pending = store.pending_effects("run-5").await.unwrap();
+    assert_eq!(pending.len(), effects.len(), "{pending:?}");
+    assert!(pending.iter().all(|effect| effects.contains(effect)), "{pending:?}");
+    assert!(pending.iter().any(|effect| matches!(effect, Effect::Step { .. })), "{pending:?}");
+    assert_eq!(store.put_record("k", "s", "a", &json!({"x": 1}), None, Expect::Absent, 5).await, Ok(1));
+    assert_eq!(store.record("k", "s", "a", 5).await.unwrap().map(|record| record.version), Some(1));
+    drop(store);
+    let reopened = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = reopened.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
+    assert_eq!(version, crate::schema::SCHEMA_VERSION);
+    assert_eq!(version, 6);
+}

@@ -1,6 +1,6 @@
-//! Group commit. Run creations, commits and task acknowledgements are serialized by their
-//! callers (outside any lock) and queued to one writer thread, which takes everything queued
-//! — up to [`MAX_GROUP`] writes — and applies it in one transaction (a write that loses its
+//! Group commit. Run creations, commits, task acknowledgements and host record writes are
+//! serialized by their callers (outside any lock) and queued to one writer thread, which takes
+//! everything queued — up to [`MAX_GROUP`] writes — and applies it in one transaction (a write that loses its
 //! version race or finds its idempotency key taken writes nothing; one that fails midway is
 //! rolled back alone, see [`apply_transaction`]), then commits once: one fsync for the whole group, with
 //! `synchronous=FULL` unchanged. While the writer waits on the disk, the next group queues.
@@ -20,6 +20,7 @@ use trellis_core::ports::IdempotencyRecord;
 use trellis_core::{RunEvent, StoreError};
 
 use crate::cache::HotRuns;
+use crate::host_records::RecordWrite;
 use crate::records::{RunRows, Written};
 use crate::store::{find_record, to_json, unavailable};
 use crate::usage::Counters;
@@ -79,6 +80,8 @@ pub(crate) enum Write {
     Commit { run: RunRows, expected_version: u64, events: Vec<EventRow>, tasks: Vec<TaskRow> },
     /// Finished tasks to delete.
     Ack(Vec<String>),
+    /// A host record's conditional put or delete (see [`crate::host_records`]).
+    Record(RecordWrite),
 }
 
 /// How a write ended.
@@ -91,6 +94,17 @@ pub(crate) enum Answer {
     Conflict,
     /// Not written: the idempotency key already holds this finished answer.
     Existing(IdempotencyRecord),
+    /// A host record written at this version.
+    Version(u64),
+    /// A host record delete: whether a live record was deleted.
+    Deleted(bool),
+}
+
+impl Answer {
+    /// Whether the write was applied (its savepoint is kept).
+    fn applied(&self) -> bool {
+        matches!(self, Answer::Done | Answer::Version(_) | Answer::Deleted(_))
+    }
 }
 
 type Job = (Write, oneshot::Sender<Result<Answer, StoreError>>);
@@ -287,14 +301,14 @@ fn unavailable_ref(error: &rusqlite::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
-/// Runs `body` in a savepoint, rolled back unless it answers [`Answer::Done`].
+/// Runs `body` in a savepoint, rolled back unless it was applied ([`Answer::applied`]).
 fn savepoint(
     connection: &Connection,
     body: impl FnOnce(&Connection) -> Result<Answer, StoreError>,
 ) -> Result<Answer, StoreError> {
     control(connection, "SAVEPOINT write").map_err(unavailable)?;
     let answer = body(connection);
-    if !matches!(answer, Ok(Answer::Done)) {
+    if !answer.as_ref().is_ok_and(Answer::applied) {
         control(connection, "ROLLBACK TO write").map_err(unavailable)?;
     }
     control(connection, "RELEASE write").map_err(unavailable)?;
@@ -332,6 +346,11 @@ fn apply(connection: &Connection, write: &Write, written: &mut Written) -> Resul
             for task_id in task_ids {
                 delete.execute([task_id]).map_err(unavailable)?;
             }
+        }
+        Write::Record(record) => {
+            let (answer, rows) = crate::host_records::apply(connection, record)?;
+            add(written, rows);
+            return Ok(answer);
         }
     }
     add(written, mine);

@@ -10,8 +10,8 @@ use trellis_core::engine::Effect;
 use trellis_core::interrupt::Vote;
 use trellis_core::limits::HostLimits;
 use trellis_core::ports::{
-    CreateResult, HostSettings, IdGenerator, IdempotencyClaim, IdempotencyRecord, RunFilter, RunPosition, RunStore,
-    StoredWorkflow, WorkflowStore, GLOBAL_NAMESPACE,
+    CreateResult, Expect, HostSettings, IdGenerator, IdempotencyClaim, IdempotencyRecord, Record, RecordStore,
+    RunFilter, RunPosition, RunStore, StoredWorkflow, WorkflowStore, GLOBAL_NAMESPACE,
 };
 use trellis_core::run::Principal;
 use trellis_core::service::{CreateOutcome, Ports, Services};
@@ -49,6 +49,45 @@ impl HostSettings for FailingSteps {
     }
     async fn put_setting(&self, key: &str, value: &serde_json::Value) -> Result<(), StoreError> {
         self.0.put_setting(key, value).await
+    }
+}
+
+#[async_trait]
+impl RecordStore for FailingSteps {
+    async fn record(&self, kind: &str, scope: &str, key: &str, now: Millis) -> Result<Option<Record>, StoreError> {
+        self.0.record(kind, scope, key, now).await
+    }
+    async fn put_record(
+        &self,
+        kind: &str,
+        scope: &str,
+        key: &str,
+        value: &serde_json::Value,
+        expires_at: Option<Millis>,
+        expect: Expect,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        self.0.put_record(kind, scope, key, value, expires_at, expect, now).await
+    }
+    async fn delete_record(
+        &self,
+        kind: &str,
+        scope: &str,
+        key: &str,
+        expect: Expect,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        self.0.delete_record(kind, scope, key, expect, now).await
+    }
+    async fn records(
+        &self,
+        kind: &str,
+        scope: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Millis,
+    ) -> Result<Vec<Record>, StoreError> {
+        self.0.records(kind, scope, after, limit, now).await
     }
 }
 
