@@ -453,6 +453,50 @@ pub struct ServeArgs {
     /// Model providers for `core.ai.callPrompt`.
     #[command(flatten)]
     pub ai: AiArgs,
+    /// Webhook deliveries and schedules.
+    #[command(flatten)]
+    pub integration: IntegrationArgs,
+}
+
+/// How webhooks are delivered and schedules ticked (docs/webhooks.md, docs/triggers.md).
+#[derive(Debug, Clone, clap::Args)]
+pub struct IntegrationArgs {
+    /// Attempts per webhook delivery, the first included; then it is dead-lettered.
+    #[arg(long, env = "TRELLIS_WEBHOOK_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub webhook_max_attempts: u32,
+    /// The wait before a delivery's second attempt, doubled for each further one (with jitter
+    /// in its upper half), at most 5 minutes.
+    #[arg(long, env = "TRELLIS_WEBHOOK_BACKOFF_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub webhook_backoff_ms: u64,
+    /// One delivery attempt's budget.
+    #[arg(long, env = "TRELLIS_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub webhook_timeout_ms: u64,
+    /// How often due schedules are looked for.
+    #[arg(long, env = "TRELLIS_SCHEDULER_TICK_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub scheduler_tick_ms: u64,
+}
+
+impl Default for IntegrationArgs {
+    fn default() -> Self {
+        Self {
+            webhook_max_attempts: 8,
+            webhook_backoff_ms: 1_000,
+            webhook_timeout_ms: 10_000,
+            scheduler_tick_ms: 1_000,
+        }
+    }
+}
+
+impl IntegrationArgs {
+    /// The delivery policy these settings make.
+    pub fn delivery_policy(&self) -> trellis_core::webhook::DeliveryPolicy {
+        trellis_core::webhook::DeliveryPolicy {
+            max_attempts: self.webhook_max_attempts,
+            initial_backoff_ms: self.webhook_backoff_ms,
+            timeout_ms: self.webhook_timeout_ms,
+            ..trellis_core::webhook::DeliveryPolicy::default()
+        }
+    }
 }
 
 /// `--public-url`: checked at start, the error naming the setting.

@@ -14,15 +14,17 @@ use trellis_activities::ai::{parse_providers, CallPromptActivity, Providers};
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{AllowList, HttpClient, HttpRequestActivity, HttpSettings};
 use trellis_activities::secrets::{EnvSecrets, FileSecrets, SecretChain, SecretEchoActivity};
+use trellis_activities::webhook::HttpWebhookTransport;
 use trellis_core::interrupt::callback::{CallbackSender, Callbacks};
 use trellis_core::limits::HostLimits;
 use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
 use trellis_core::secrets::{Secret, SecretResolver};
 use trellis_core::service::{Ports, Services};
+use trellis_core::webhook::Webhooks;
 use trellis_http::{router, ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_sqlite::SqliteStore;
-use trellis_worker::{run_loop, CrashPoint, LocalNotifier, SystemClock, WorkerOptions};
+use trellis_worker::{run_loop, schedule_loop, CrashPoint, LocalNotifier, SystemClock, WorkerOptions};
 
 use crate::args::ServeArgs;
 use crate::keys;
@@ -109,11 +111,27 @@ pub fn ai_providers(args: &ServeArgs) -> Result<Providers, StartError> {
 /// The sender of external-event notifies (`docs/callbacks.md`): the same SSRF-guarded client
 /// and address policy as `core.http.request`.
 pub fn callback_sender(args: &ServeArgs) -> Result<Arc<dyn CallbackSender>, StartError> {
+    Ok(Arc::new(HttpCallbackSender::new(outbound_client(args)?)))
+}
+
+/// Webhook deliveries (`docs/webhooks.md`): the same SSRF-guarded client and address policy,
+/// `https` only outside the allow-listed nets.
+pub fn webhooks(args: &ServeArgs) -> Result<Webhooks, StartError> {
+    let transport = Arc::new(HttpWebhookTransport::new(outbound_client(args)?));
+    // One process writes the subscriptions (the data directory is locked) and invalidates the
+    // set when it does; the TTL is a backstop only.
+    Ok(Webhooks::new(transport, args.integration.delivery_policy(), WEBHOOK_SET_TTL_MS))
+}
+
+/// How old the cached webhook subscriptions may get (embedded: a backstop, see [`webhooks`]).
+const WEBHOOK_SET_TTL_MS: u64 = 60_000;
+
+/// The outbound client of notifies and webhooks (no body cap beyond the default).
+fn outbound_client(args: &ServeArgs) -> Result<HttpClient, StartError> {
     let allow = AllowList::parse(&args.http_allow_private_nets).map_err(|error| {
         StartError::Setting(format!("--http-allow-private-nets / TRELLIS_HTTP_ALLOW_PRIVATE_NETS: {error}"))
     })?;
-    let http = HttpClient::system(HttpSettings { allow, ..HttpSettings::default() });
-    Ok(Arc::new(HttpCallbackSender::new(http)))
+    Ok(HttpClient::system(HttpSettings { allow, ..HttpSettings::default() }))
 }
 
 /// The embedded host's secret resolver: the secrets file (`--secrets-file`, each entry for
@@ -226,8 +244,11 @@ impl EmbeddedHost {
         let cursor_key = keys::cursor_secret((!args.memory).then_some(args.data_dir.as_path()))?;
         let callbacks =
             Callbacks::new(&cursor_key[..], callback_sender(args)?).with_public_url(args.public_url.clone());
-        let services =
-            Services::new(ports, limits).with_test_seams(args.test_seams).with_nodes(nodes).with_callbacks(callbacks);
+        let services = Services::new(ports, limits)
+            .with_test_seams(args.test_seams)
+            .with_nodes(nodes)
+            .with_callbacks(callbacks)
+            .with_webhooks(webhooks(args)?);
         let services = Arc::new(services.with_step_chaining(STEP_CHAIN_LIMIT));
 
         let fixtures = load_definitions(&services, args).await?;
@@ -236,7 +257,10 @@ impl EmbeddedHost {
         let state = AppState {
             services: services.clone(),
             keys: Arc::new(KeyRing::new(keys)),
-            discovery: Arc::new(Discovery::new(&limits, &fixtures, &services.nodes, services.test_seams)),
+            discovery: Arc::new(
+                Discovery::new(&limits, &fixtures, &services.nodes, services.test_seams)
+                    .with_integration(services.webhooks.as_deref()),
+            ),
             cursor_key: Arc::new(cursor_key),
             streams: options.streams,
         };
@@ -250,7 +274,11 @@ impl EmbeddedHost {
             ..WorkerOptions::default()
         };
         let stop_worker = stop.clone();
-        let spawn_worker = move || tokio::spawn(run_loop(services, store, notifier, worker_options, stop_worker));
+        let tick_ms = args.integration.scheduler_tick_ms;
+        let spawn_worker = move || {
+            tokio::spawn(schedule_loop(services.clone(), tick_ms, stop_worker.clone()));
+            tokio::spawn(run_loop(services, store, notifier, worker_options, stop_worker))
+        };
         let (worker, held): (_, Option<HeldWorker>) =
             if options.hold_worker { (None, Some(Box::new(spawn_worker))) } else { (Some(spawn_worker()), None) };
         let app = router(state);

@@ -52,6 +52,7 @@ pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
         secrets_from_env: false,
         public_url: None,
         ai: Default::default(),
+        integration: Default::default(),
     }
 }
 

@@ -101,6 +101,8 @@ async fn main() {
         callback_secret: None,
         ai_providers: String::new(),
         public_url: None,
+        webhook_policy: Default::default(),
+        webhook_set_ttl_ms: 10_000,
     };
     // Runs are created and approvals resolved by the API function (its commits write outbox
     // entries), steps handled by the dispatcher, as deployed.

@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 use trellis_aws::local::pump::{run_mapping, QueueKind};
 use trellis_aws::local::resources;
-use trellis_aws::local::schedule::{run_reconciler, RECONCILE_EVERY};
+use trellis_aws::local::schedule::{run_reconciler, run_scheduler, RECONCILE_EVERY, SCHEDULER_EVERY};
 use trellis_aws::settings::ApiSettings;
 use trellis_aws::{AwsApp, Settings};
 
@@ -184,6 +184,7 @@ async fn start(args: &Args) -> Result<Running, StartError> {
         QueueKind::Completions,
         stopped.clone(),
     ));
+    workers.spawn(run_scheduler(worker_app.clone(), SCHEDULER_EVERY, stopped.clone()));
     workers.spawn(run_reconciler(worker_app, RECONCILE_EVERY, stopped.clone()));
     let gateway = Arc::new(Gateway { router, stage: args.stage.clone() });
     let server = tokio::spawn(serve(listener, gateway, stopped));

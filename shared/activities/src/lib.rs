@@ -12,6 +12,8 @@
 //!   taking the node's `credentialsRef`;
 //! - [`callback`]: the sender of external-event notifies ([`callback::HttpCallbackSender`])
 //!   over the same client;
+//! - [`webhook`]: the webhook transport ([`webhook::HttpWebhookTransport`]): destination
+//!   checks and signed delivery POSTs over the same client;
 //! - [`secrets`]: the embedded host's secret resolvers (environment variables, a `0600`
 //!   secrets file) and `conformance.secret.echo` ([`secrets::SecretEchoActivity`]).
 
@@ -19,3 +21,4 @@ pub mod ai;
 pub mod callback;
 pub mod http;
 pub mod secrets;
+pub mod webhook;

@@ -9,11 +9,13 @@ use trellis_activities::ai::CallPromptActivity;
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{HttpClient, HttpRequestActivity};
 use trellis_activities::secrets::SecretEchoActivity;
+use trellis_activities::webhook::HttpWebhookTransport;
 use trellis_core::interrupt::callback::Callbacks;
 use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
 use trellis_core::secrets::SecretResolver;
 use trellis_core::service::{Ports, Services};
+use trellis_core::webhook::Webhooks;
 use trellis_http::{ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_dynamodb::DynamoStore;
 use trellis_worker::{SystemClock, TaskContext};
@@ -152,6 +154,9 @@ impl AwsApp {
         if let Some(callbacks) = callbacks(&settings) {
             services = services.with_callbacks(callbacks);
         }
+        let transport = Arc::new(HttpWebhookTransport::new(HttpClient::system(settings.http.clone())));
+        services =
+            services.with_webhooks(Webhooks::new(transport, settings.webhook_policy, settings.webhook_set_ttl_ms));
         let services = Arc::new(services);
         Self { services, store, effects, settings, task_context: TaskContext::default() }
     }
@@ -165,12 +170,10 @@ impl AwsApp {
         Ok(AppState {
             services: self.services.clone(),
             keys: Arc::new(KeyRing::new(keys)),
-            discovery: Arc::new(Discovery::new(
-                &self.settings.limits,
-                &fixtures,
-                &self.services.nodes,
-                self.services.test_seams,
-            )),
+            discovery: Arc::new(
+                Discovery::new(&self.settings.limits, &fixtures, &self.services.nodes, self.services.test_seams)
+                    .with_integration(self.services.webhooks.as_deref()),
+            ),
             cursor_key: Arc::new(ApiKey::hash_of(&api.cursor_secret)),
             streams: StreamSettings {
                 keepalive: Duration::from_secs(15),

@@ -57,6 +57,11 @@ pub async fn handle_message(app: &AwsApp, message: &SqsMessage) -> MessageOutcom
     };
     let deliveries = receive_count(message);
     if deliveries >= app.settings.max_receive_count {
+        if let Effect::DeliverWebhook { .. } = step.effect {
+            // A delivery never fails its run: its attempts are counted in its own record.
+            warn!(run_id = %step.run_id, task = %step.task_id, "a webhook delivery task reached its last receive; dropping it");
+            return MessageOutcome::Done(TaskResult::Ignored);
+        }
         return match fail_exhausted(app, &step).await {
             Ok(()) => MessageOutcome::Exhausted,
             Err(error) => MessageOutcome::Failed(error.to_string()),
@@ -116,7 +121,7 @@ pub async fn handle_fifo_batch(app: &AwsApp, event: SqsEvent) -> SqsBatchRespons
 /// function's timeout.
 fn run_of(message: &SqsMessage) -> Option<String> {
     let step = StepMessage::decode(message.body.as_deref().unwrap_or("")).ok()?;
-    (!matches!(step.effect, Effect::Execute { .. } | Effect::NotifyWorker { .. })).then_some(step.run_id)
+    (!step.effect.is_outbound_io()).then_some(step.run_id)
 }
 
 fn message_group(message: &SqsMessage) -> Option<&str> {
@@ -165,16 +170,28 @@ pub enum TriggerError {
     /// The reconciler could not finish its sweep (it runs again on its schedule).
     #[error("reconciling the outbox failed: {0}")]
     Reconcile(trellis_core::StoreError),
+    /// The scheduler tick could not read the schedules (it runs again next minute).
+    #[error("the scheduler tick failed: {0}")]
+    Scheduler(trellis_core::ServiceError),
 }
+
+/// The `trellis` field of the scheduler tick's event (the template's one-minute rule sends
+/// `{"trellis": "scheduler-tick"}`).
+pub const SCHEDULER_TICK: &str = "scheduler-tick";
 
 /// The dispatcher function's entry: an SQS batch (`Records`) is run step by step (runs
 /// concurrently, see [`handle_batch`]); a scheduled event (`detail-type: Scheduled Event`)
-/// runs the outbox reconciler (a whole-table sweep when its `detail` has `"fullScan": true`).
+/// runs the outbox reconciler (a whole-table sweep when its `detail` has `"fullScan": true`);
+/// the scheduler tick (`{"trellis": "scheduler-tick"}`) starts the due schedule occurrences.
 pub async fn handle_trigger(app: &AwsApp, payload: serde_json::Value) -> Result<serde_json::Value, TriggerError> {
     if payload.get("Records").is_some() {
         let event: SqsEvent = serde_json::from_value(payload).map_err(|_| TriggerError::UnknownEvent)?;
         let response = handle_batch(app, event).await;
         return Ok(serde_json::to_value(response).expect("batch response serializes"));
+    }
+    if payload.get("trellis").and_then(|kind| kind.as_str()) == Some(SCHEDULER_TICK) {
+        let report = app.services.tick_schedules().await.map_err(TriggerError::Scheduler)?;
+        return Ok(serde_json::json!({ "started": report.started, "skipped": report.skipped }));
     }
     if payload.get("detail-type").and_then(|kind| kind.as_str()) == Some("Scheduled Event") {
         let full = payload.pointer("/detail/fullScan").and_then(serde_json::Value::as_bool) == Some(true);

@@ -77,6 +77,14 @@ pub struct Settings {
     /// then carry `resolveUrl` and a `resolvePath` under the URL's path (`docs/callbacks.md`).
     /// Absolute http(s), no query or fragment; checked at cold start.
     pub public_url: Option<trellis_core::interrupt::callback::PublicUrl>,
+    /// `TRELLIS_WEBHOOK_MAX_ATTEMPTS` (8), `TRELLIS_WEBHOOK_BACKOFF_MS` (1,000) and
+    /// `TRELLIS_WEBHOOK_TIMEOUT_MS` (10,000): how webhook deliveries are attempted
+    /// (`docs/webhooks.md`).
+    pub webhook_policy: trellis_core::webhook::DeliveryPolicy,
+    /// `TRELLIS_WEBHOOK_SET_TTL_MS` (10,000): how long an instance uses its cached copy of the
+    /// webhook subscriptions before reading them again — the longest a new or deleted
+    /// subscription takes to be seen by every function.
+    pub webhook_set_ttl_ms: u64,
 }
 
 /// The settings only the API function reads.
@@ -195,6 +203,13 @@ impl Settings {
             secrets: crate::secrets::SecretsSettings::from_lookup(lookup)?,
             ai_providers: ai_providers(lookup)?,
             public_url: public_url(lookup)?,
+            webhook_policy: trellis_core::webhook::DeliveryPolicy {
+                max_attempts: number(lookup, "TRELLIS_WEBHOOK_MAX_ATTEMPTS", 8u32)?.clamp(1, 100),
+                initial_backoff_ms: number(lookup, "TRELLIS_WEBHOOK_BACKOFF_MS", 1_000u64)?.clamp(1, 3_600_000),
+                timeout_ms: number(lookup, "TRELLIS_WEBHOOK_TIMEOUT_MS", 10_000u64)?.clamp(100, 60_000),
+                ..trellis_core::webhook::DeliveryPolicy::default()
+            },
+            webhook_set_ttl_ms: number(lookup, "TRELLIS_WEBHOOK_SET_TTL_MS", 10_000u64)?,
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
                 max_run_duration_ms,

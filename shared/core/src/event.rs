@@ -79,6 +79,43 @@ pub mod types {
     /// times: `{nodeId, iterations, limit}`; the edge's source fails.
     pub const WORKFLOW_LOOPBACK_LIMIT: &str = "workflow.loopback-limit";
 
+    /// Every event type above (what a webhook subscription may name exactly).
+    pub const ALL: &[&str] = &[
+        RUN_STARTED,
+        RUN_COMPLETED,
+        RUN_FAILED,
+        RUN_CANCELLED,
+        NODE_STARTED,
+        NODE_COMPLETED,
+        NODE_FAILED,
+        NODE_SKIPPED,
+        NODE_RETRIED,
+        OUTPUT_CHUNK,
+        PROVIDER_USAGE,
+        NODE_DISPATCHED,
+        NODE_CANCELLED,
+        CAP_BREACHED,
+        NODE_SUSPENDED,
+        NODE_RESUMED,
+        INTERRUPT_REQUESTED,
+        INTERRUPT_RESOLVED,
+        APPROVAL_REQUESTED,
+        APPROVAL_RECEIVED,
+        CLARIFICATION_REQUESTED,
+        CLARIFICATION_RESOLVED,
+        RUN_PAUSED,
+        RUN_RESUMED,
+        RUN_ORCHESTRATOR_DECIDED,
+        VARIABLE_CHANGED,
+        AGENT_REASONING_DELTA,
+        AGENT_REASONED,
+        AGENT_TOOL_CALLED,
+        AGENT_TOOL_RETURNED,
+        AGENT_HANDOFF,
+        AGENT_DECIDED,
+        WORKFLOW_LOOPBACK_LIMIT,
+    ];
+
     /// Whether `event_type` ends a run.
     pub fn is_terminal(event_type: &str) -> bool {
         matches!(event_type, RUN_COMPLETED | RUN_FAILED | RUN_CANCELLED)

@@ -49,10 +49,13 @@ pub mod nodes;
 pub mod orchestrator;
 pub mod ports;
 pub mod run;
+pub mod schedule;
 pub mod schema;
 pub mod secrets;
 pub mod service;
 pub mod timefmt;
+pub mod trigger;
+pub mod webhook;
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -28,6 +28,9 @@ pub enum Scope {
     WorkflowsWrite,
     /// Resolving interrupts on the run-scoped surface.
     ApprovalsRespond,
+    /// Registering, pausing and deleting webhook and trigger subscriptions and schedules
+    /// (host extension).
+    IntegrationsWrite,
     /// The conformance test seams, and scripted supervisor plans in any workflow. Never
     /// granted by `*`: it must be named.
     TestSeams,
@@ -43,18 +46,20 @@ impl Scope {
             Self::ManifestRead => "manifest:read",
             Self::WorkflowsWrite => "workflows:write",
             Self::ApprovalsRespond => "approvals:respond",
+            Self::IntegrationsWrite => "integrations:write",
             Self::TestSeams => "test:seams",
         }
     }
 
     /// Every scope this host checks.
-    pub const ALL: [Scope; 7] = [
+    pub const ALL: [Scope; 8] = [
         Self::RunsCreate,
         Self::RunsRead,
         Self::RunsCancel,
         Self::ManifestRead,
         Self::WorkflowsWrite,
         Self::ApprovalsRespond,
+        Self::IntegrationsWrite,
         Self::TestSeams,
     ];
 }

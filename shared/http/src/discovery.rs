@@ -170,6 +170,48 @@ impl Discovery {
         Self { document, rendered }
     }
 
+    /// The same document advertising the integration this host serves: with `webhooks` (a
+    /// host that delivers them), `webhooks` (signed, durable), the trigger bridge (webhook and
+    /// schedule sources), its dead letters and scheduling. Without, the blocks are absent.
+    pub fn with_integration(self, webhooks: Option<&trellis_core::webhook::Webhooks>) -> Self {
+        let Some(webhooks) = webhooks else { return self };
+        let mut document = self.document;
+        let policy = &webhooks.policy;
+        document["webhooks"] = json!({
+            "supported": true,
+            "signatureAlgorithms": [trellis_core::webhook::sign::ALGORITHM],
+            "durable": true,
+            "maxAttempts": policy.max_attempts,
+            "maxSubscriptionsPerTenant": trellis_core::service::MAX_WEBHOOKS_PER_TENANT,
+        });
+        document["triggerBridge"] = json!({
+            "supported": true,
+            "subscriptionStates": ["active", "paused"],
+            "dedup": true,
+            "dedupWindowSeconds": trellis_core::limits::IDEMPOTENCY_RETENTION_SECONDS,
+            "sources": ["webhook", "schedule"],
+            "ingestion": {
+                "externalSources": ["webhook"],
+                "maxBodyBytes": trellis_core::trigger::MAX_BODY_BYTES,
+                "verification": ["webhook-signature"],
+                "registrationEndpoint": "/v1/trigger-subscriptions",
+            },
+        });
+        document["deadLetter"] = json!({
+            "supported": true,
+            "retentionDays": trellis_core::trigger::RETENTION_MS / 86_400_000,
+        });
+        document["scheduling"] = json!({
+            "supported": true,
+            "cron": true,
+            "delayed": true,
+            "calendar": false,
+            "syntax": "eventbridge-scheduler",
+        });
+        let rendered = [Rendered::of(&document), Rendered::of(&Self::v2(&document))];
+        Self { document, rendered }
+    }
+
     /// The document.
     pub fn document(&self) -> &Value {
         &self.document

@@ -93,6 +93,22 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/host/sample/test/runs/{run_id}/variables", post(routes::seams::set_variables))
         .route("/v1/host/sample/test/emit-provider-usage", post(routes::seams_usage::emit_provider_usage))
         .route("/v1/workflows/{workflow_id}", get(routes::workflows::get_workflow))
+        .route("/v1/webhooks", post(routes::webhooks::register).get(routes::webhooks::list))
+        .route("/v1/webhooks/{webhook_id}", get(routes::webhooks::get).delete(routes::webhooks::delete))
+        .route("/v1/webhooks/{webhook_id}/deliveries", get(routes::webhooks::deliveries))
+        .route("/v1/trigger-subscriptions", post(routes::triggers::register).get(routes::triggers::list))
+        .route(
+            "/v1/trigger-subscriptions/{id}",
+            get(routes::triggers::get).post(routes::triggers::custom_method).delete(routes::triggers::delete),
+        )
+        .route("/v1/trigger-subscriptions/{id}/events", get(routes::triggers::events))
+        .route("/v1/trigger-subscriptions/{id}/deliveries", get(routes::triggers::deliveries))
+        .route("/v1/triggers/{id}", post(routes::triggers::ingest))
+        .route("/v1/schedules", get(routes::schedules::list))
+        .route(
+            "/v1/schedules/{workflow_id}/{trigger_id}",
+            get(routes::schedules::get).post(routes::schedules::custom_method),
+        )
         .merge(v2::routes())
         .fallback(routes::fallback)
         .layer(axum::middleware::from_fn_with_state(state.clone(), idempotency::layer))

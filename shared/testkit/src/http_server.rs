@@ -146,7 +146,12 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a server on `127.0.0.1:0`.
     pub async fn start() -> Self {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind 127.0.0.1:0");
+        Self::start_on(0).await
+    }
+
+    /// Starts a server on `127.0.0.1:<port>` (a receiver back on the port it was down on).
+    pub async fn start_on(port: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local address");
         let state = Arc::new(Mutex::new(State::default()));
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&state)));

@@ -19,6 +19,7 @@ pub mod patterns;
 pub mod process;
 pub mod script;
 pub mod supervisor_model;
+pub mod webhooks;
 
 use std::time::Duration;
 
@@ -52,6 +53,20 @@ impl HttpDriver {
     /// A driver for the host at `base` (`http://127.0.0.1:port`) with bearer `key`.
     pub fn new(base: impl Into<String>, key: &str) -> Self {
         Self { base: base.into(), key: key.to_owned(), http: reqwest::Client::new() }
+    }
+}
+
+#[async_trait]
+impl webhooks::SignedDriver for HttpDriver {
+    async fn post_raw(&mut self, path: &str, headers: &[(&str, String)], body: &[u8]) -> (u16, Value) {
+        let mut request = self.http.post(format!("{}{path}", self.base)).body(body.to_vec());
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 }
 

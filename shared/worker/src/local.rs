@@ -262,7 +262,7 @@ pub async fn run_loop(
         let mut by_run: Vec<(String, Vec<Task>)> = Vec::new();
         let mut inline = 0;
         for task in tasks {
-            if matches!(task.effect, Effect::Execute { .. } | Effect::NotifyWorker { .. }) {
+            if task.effect.is_outbound_io() {
                 // Spawned at once; it waits for a slot there, keeping its lease alive, so a
                 // full house never costs it a delivery (nor a second execution).
                 let (services, queue, context, slots) =

@@ -100,6 +100,9 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
         Effect::NotifyWorker { node_id, interrupt_id, .. } => {
             return crate::callback::notify(services, task, node_id, interrupt_id, context).await;
         }
+        Effect::DeliverWebhook { webhook_id, sequence, .. } => {
+            return crate::webhook::deliver(services, task, webhook_id, *sequence, context).await;
+        }
         other => (task.run_id.clone(), other.input().expect("own-run effects have an input")),
     };
     let hooks = CrashHooks(context.crash);

@@ -35,6 +35,11 @@ use url::{Host, Url};
 
 use super::ssrf::{AllowList, BlockReason};
 
+/// Host names that reach a cloud metadata service (refused as destinations whatever they
+/// resolve to, unless the operator allow-lists their addresses).
+const METADATA_NAMES: &[&str] =
+    &["metadata", "metadata.google.internal", "metadata.azure.internal", "instance-data", "instance-data.ec2.internal"];
+
 /// The default response body cap: 1 MiB.
 pub const DEFAULT_MAX_RESPONSE_BODY_BYTES: usize = 1 << 20;
 
@@ -419,6 +424,51 @@ impl HttpClient {
             Ok(Err(error)) => Err(error),
             Err(_elapsed) => Err(HttpError::Timeout { url: target.url, timeout_ms }),
         }
+    }
+
+    /// Checks a destination ahead of any request (a webhook subscription's URL, at
+    /// registration and before each delivery): `http(s)` without userinfo; an IP-literal host
+    /// as is; a name refused when it is `localhost` (or under it) or a metadata name, else
+    /// resolved once and **every** answer checked against the address policy — a name that does
+    /// not resolve passes (each request checks again). With `https_only`, `http` is allowed only
+    /// when every address is in the operator's allow-list. `Err` is the reason.
+    pub async fn check_destination(&self, url: &str, https_only: bool) -> Result<(), String> {
+        let url = Url::parse(url).map_err(|_| "not an absolute URL".to_owned())?;
+        let tls = match url.scheme() {
+            "https" => true,
+            "http" => false,
+            _ => return Err("the scheme must be https".to_owned()),
+        };
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("the URL may not carry credentials".to_owned());
+        }
+        let port = url.port_or_known_default().unwrap_or(if tls { 443 } else { 80 });
+        let addresses = match url.host() {
+            Some(Host::Ipv4(ip)) => vec![IpAddr::V4(ip)],
+            Some(Host::Ipv6(ip)) => vec![IpAddr::V6(ip)],
+            Some(Host::Domain(name)) => {
+                let name = name.trim_end_matches('.').to_ascii_lowercase();
+                let local = name == "localhost" || name.ends_with(".localhost");
+                let resolved = self.resolver.resolve(&name, port).await.unwrap_or_default();
+                if local || METADATA_NAMES.contains(&name.as_str()) {
+                    // Only an operator's allow-list lifts these, and only by what they resolve to.
+                    if resolved.is_empty() || !resolved.iter().all(|ip| self.settings.allow.covers(*ip)) {
+                        let what = if local { "localhost" } else { "a metadata service name" };
+                        return Err(format!("the host is {what}"));
+                    }
+                }
+                resolved
+            }
+            None => return Err("the URL names no host".to_owned()),
+        };
+        for address in &addresses {
+            self.settings.allow.check(*address).map_err(|reason| format!("the address is {reason}"))?;
+        }
+        let allow_listed = !addresses.is_empty() && addresses.iter().all(|ip| self.settings.allow.covers(*ip));
+        if https_only && !tls && !allow_listed {
+            return Err("the scheme must be https".to_owned());
+        }
+        Ok(())
     }
 
     /// The scheme, userinfo and header checks every request passes; whether it is `https`.

@@ -1,5 +1,6 @@
-//! The reconciler's schedule (`rate(5 minutes)` in `infra/template.yaml`) as a timer: every
-//! period, the outbox sweep [`crate::reconcile::reconcile`] the scheduled event runs.
+//! The dispatcher's schedules of `infra/template.yaml` as timers: the reconciler's
+//! (`rate(5 minutes)`: the outbox sweep [`crate::reconcile::reconcile`]) and the scheduler
+//! tick's (`rate(1 minute)`: due workflow schedules, `Services::tick_schedules`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,29 @@ pub async fn run_reconciler(app: Arc<AwsApp>, every: Duration, mut shutdown: wat
             Ok(0) => {}
             Ok(sent) => info!(sent, "reconciler sent effects left unsent"),
             Err(error) => warn!(%error, "reconciler sweep failed; it runs again on its schedule"),
+        }
+    }
+}
+
+/// The scheduler tick's period (`rate(1 minute)` in `infra/template.yaml`).
+pub const SCHEDULER_EVERY: Duration = Duration::from_secs(60);
+
+/// Runs the scheduler tick the template's one-minute rule sends to the dispatcher, through the
+/// same handler, every `every` until `shutdown` turns true.
+pub async fn run_scheduler(app: Arc<AwsApp>, every: Duration, mut shutdown: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let event = serde_json::json!({ "trellis": crate::dispatch::SCHEDULER_TICK });
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        if let Err(error) = crate::dispatch::handle_trigger(&app, event.clone()).await {
+            warn!(%error, "scheduler tick failed; it runs again on its schedule");
         }
     }
 }

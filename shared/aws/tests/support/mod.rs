@@ -90,6 +90,14 @@ pub async fn stack_with(secrets: trellis_aws::secrets::SecretsSettings, ai_provi
         callback_secret: Some("s".repeat(32)),
         ai_providers,
         public_url: None,
+        // Webhook scenarios retry fast; the set is invalidated by this app's own writes.
+        webhook_policy: trellis_core::webhook::DeliveryPolicy {
+            max_attempts: 3,
+            initial_backoff_ms: 100,
+            timeout_ms: 2_000,
+            ..Default::default()
+        },
+        webhook_set_ttl_ms: 10_000,
     };
     let app = AwsApp::new(settings, &config);
     let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*", "test:seams"]}]);
@@ -165,12 +173,37 @@ impl Stack {
             headers.insert("accept", accept.parse().unwrap());
         }
         let body = body.map(|body| body.to_string()).unwrap_or_default();
+        self.proxy(stage, method, path, query, &headers, body.as_bytes()).await
+    }
+
+    /// A raw request through the API router: `headers` and the exact `body` bytes, no key.
+    pub async fn request_raw(&self, method: &str, path: &str, headers: &[(&str, String)], body: &[u8]) -> (u16, Value) {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let mut map = axum::http::HeaderMap::new();
+        map.insert("host", "api.example".parse().unwrap());
+        for (name, value) in headers {
+            map.append(axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
+        }
+        let (status, _, bytes) = self.proxy(None, method, path, query, &map, body).await;
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// Plays API Gateway: the proxy event of the request, through the router.
+    async fn proxy(
+        &self,
+        stage: Option<&str>,
+        method: &str,
+        path: &str,
+        query: &str,
+        headers: &axum::http::HeaderMap,
+        body: &[u8],
+    ) -> (u16, axum::http::HeaderMap, Vec<u8>) {
         let incoming = IncomingRequest {
             method,
             path,
             query,
-            headers: &headers,
-            body: body.as_bytes(),
+            headers,
+            body,
             stage: stage.unwrap_or("prod"),
             stage_in_path: stage.is_some(),
             source_ip: "127.0.0.1",
@@ -349,6 +382,7 @@ pub async fn embedded_host_with(
         secrets_from_env: false,
         public_url: None,
         ai,
+        integration: Default::default(),
     };
     let options = trellis::host::HostOptions { api_key: Some(KEY.to_owned()), hold_worker, ..Default::default() };
     let host = trellis::host::EmbeddedHost::start(&args, options).await.expect("embedded host");
@@ -362,6 +396,13 @@ pub async fn embedded_host_with(
 /// The stack as a testkit driver: requests go through the API router, and every tick plays
 /// the event-source mapping once.
 pub struct AwsDriver<'a>(pub &'a mut Stack);
+
+#[async_trait]
+impl trellis_testkit::webhooks::SignedDriver for AwsDriver<'_> {
+    async fn post_raw(&mut self, path: &str, headers: &[(&str, String)], body: &[u8]) -> (u16, Value) {
+        self.0.request_raw("POST", path, headers, body).await
+    }
+}
 
 #[async_trait]
 impl trellis_testkit::Driver for AwsDriver<'_> {

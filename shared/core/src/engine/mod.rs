@@ -258,6 +258,18 @@ pub enum Effect {
         /// When.
         due_at: Millis,
     },
+    /// POST event `sequence` of this run to webhook subscription `webhook_id` (see
+    /// [`crate::webhook`]): added by the commit loop, not the engine, for each subscription
+    /// that wants an event the commit appends.
+    #[serde(rename_all = "camelCase")]
+    DeliverWebhook {
+        /// The subscription.
+        webhook_id: String,
+        /// The event.
+        sequence: u64,
+        /// When.
+        due_at: Millis,
+    },
     /// Tell the parent that this child run ended, suspended or resumed (the parent reads
     /// the child's state when the notice arrives).
     #[serde(rename_all = "camelCase")]
@@ -287,6 +299,7 @@ impl Effect {
             | Self::StartChild { due_at, .. }
             | Self::CancelChild { due_at, .. }
             | Self::NotifyWorker { due_at, .. }
+            | Self::DeliverWebhook { due_at, .. }
             | Self::NotifyParent { due_at, .. } => *due_at,
         }
     }
@@ -302,6 +315,7 @@ impl Effect {
             | Self::StartChild { due_at, .. }
             | Self::CancelChild { due_at, .. }
             | Self::NotifyWorker { due_at, .. }
+            | Self::DeliverWebhook { due_at, .. }
             | Self::NotifyParent { due_at, .. } => *due_at = at,
         }
         self
@@ -328,13 +342,15 @@ impl Effect {
             Self::StartChild { node_id, activation, .. } => format!("{run_id}/start-child/{node_id}/{activation}"),
             Self::CancelChild { child_run_id, .. } => format!("{run_id}/cancel-child/{child_run_id}"),
             Self::NotifyParent { at_version, .. } => format!("{run_id}/notify-parent/{at_version}"),
+            Self::DeliverWebhook { webhook_id, sequence, .. } => format!("{run_id}/webhook/{webhook_id}/{sequence}"),
             Self::NotifyWorker { interrupt_id, .. } => format!("{run_id}/notify-worker/{interrupt_id}"),
         }
     }
 
     /// The input this effect feeds back into its own run when its task runs; `None` for the
     /// effects that act on another run (child creation, cancel and notices), for `Execute`,
-    /// whose input is the executor's outcome, and for `NotifyWorker`, which only sends.
+    /// whose input is the executor's outcome, and for `NotifyWorker` and `DeliverWebhook`, which
+    /// only send.
     pub fn input(&self) -> Option<Input> {
         match self {
             Self::Step { node_id, activation, .. } => {
@@ -351,8 +367,15 @@ impl Effect {
             | Self::StartChild { .. }
             | Self::CancelChild { .. }
             | Self::NotifyParent { .. }
-            | Self::NotifyWorker { .. } => None,
+            | Self::NotifyWorker { .. }
+            | Self::DeliverWebhook { .. } => None,
         }
+    }
+
+    /// Whether this effect's task does outbound I/O (an activity attempt, a worker's notify, a
+    /// webhook delivery): such tasks run beside the run's other tasks, each on its own.
+    pub fn is_outbound_io(&self) -> bool {
+        matches!(self, Self::Execute { .. } | Self::NotifyWorker { .. } | Self::DeliverWebhook { .. })
     }
 }
 

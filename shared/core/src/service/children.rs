@@ -135,8 +135,9 @@ impl Services {
         child.scope_id = parent.scope_id.clone();
         child.disabled_capabilities = parent.disabled_capabilities.clone();
         child.mocks_allowed |= parent.mocks_allowed;
-        let outcome = engine::apply(&workflow, &mut child, Input::Start, now);
+        let mut outcome = engine::apply(&workflow, &mut child, Input::Start, now);
         child.version = 1;
+        outcome.effects.extend(self.webhook_effects(&child, &outcome.events).await?);
         match self.store.create_run(&child, &outcome.events, &outcome.effects, None).await {
             Ok(CreateResult::Created) => {
                 self.send_effects(child_run_id, child.version, &outcome.effects).await;

@@ -67,13 +67,16 @@ impl Services {
         inline: Inline,
     ) -> Result<Option<Decision>, ServiceError> {
         for race in 0..MAX_CONFLICT_RETRIES {
-            let Some(decision) = self.decide(run_id, input.clone()).await? else { return Ok(None) };
+            let Some(mut decision) = self.decide(run_id, input.clone()).await? else { return Ok(None) };
             if tenant.is_some_and(|tenant| decision.run.tenant != tenant) {
                 return Ok(None);
             }
             if decision.outcome.verdict != Verdict::Applied {
                 return Ok(Some(decision));
             }
+            // The webhook deliveries its events call for commit with them (the outbox).
+            let deliveries = self.webhook_effects(&decision.run, &decision.outcome.events).await?;
+            decision.outcome.effects.extend(deliveries);
             hooks.before_commit();
             let outcome = &decision.outcome;
             let (expected, changes) = (decision.expected_version, &outcome.changes);

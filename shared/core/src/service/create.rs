@@ -60,6 +60,20 @@ impl Services {
         idempotency: Option<IdempotencyKey>,
         respond: &(dyn Fn(&RunState) -> (u16, Value) + Sync),
     ) -> Result<CreateOutcome, ServiceError> {
+        self.create_run_from(principal, body, idempotency, respond, None).await
+    }
+
+    /// [`Services::create_run`] for a run a trigger starts: `origin` (`{causationId, trigger:
+    /// {source, subscriptionId | scheduleId, …}}`) is merged into its `run.started` payload, so
+    /// the log says what started it.
+    pub async fn create_run_from(
+        &self,
+        principal: &Principal,
+        body: &Value,
+        idempotency: Option<IdempotencyKey>,
+        respond: &(dyn Fn(&RunState) -> (u16, Value) + Sync),
+        origin: Option<&Map<String, Value>>,
+    ) -> Result<CreateOutcome, ServiceError> {
         let violations = schema::create_run_violations(body);
         if !violations.is_empty() {
             return Err(ServiceError::validation("the request body is invalid", json!({ "violations": violations })));
@@ -88,8 +102,15 @@ impl Services {
         run.metadata = request.metadata;
         run.scope_id = request.scope_id;
         run.callback_url = request.callback_url;
-        let outcome = engine::apply(&workflow, &mut run, Input::Start, now);
+        let mut outcome = engine::apply(&workflow, &mut run, Input::Start, now);
         run.version = 1;
+        let started = outcome.events.iter_mut().find(|event| event.event_type == crate::event::types::RUN_STARTED);
+        if let (Some(origin), Some(started)) = (origin, started) {
+            if let Value::Object(payload) = &mut started.payload {
+                payload.extend(origin.clone());
+            }
+        }
+        outcome.effects.extend(self.webhook_effects(&run, &outcome.events).await?);
         let record = idempotency.as_ref().map(|key| {
             let (status, body) = respond(&run);
             IdempotencyRecord {

@@ -7,10 +7,13 @@ mod control;
 mod create;
 mod idempotency;
 mod inline;
+mod schedules;
 mod seam_dispatch;
 mod seam_fanout;
 mod seams;
 mod seams_usage;
+mod triggers;
+mod webhooks;
 mod workflows;
 
 use std::collections::HashMap;
@@ -30,9 +33,12 @@ pub use children::{ChildStart, MAX_CHILD_DEPTH};
 pub(crate) use create::new_run;
 pub use create::{CreateOutcome, IdempotencyKey};
 pub use idempotency::Begin;
+pub use schedules::TickReport;
 pub use seam_dispatch::{logical_invocation_id, PerItemRequest, CLAIM_ENDPOINT};
 pub use seam_fanout::{FanOutRequest, MAX_SEAM_WORKERS};
 pub use seams_usage::UsageRequest;
+pub use triggers::{Ingested, MAX_TRIGGERS_PER_TENANT};
+pub use webhooks::{DeliveryOutcome, MAX_WEBHOOKS_PER_TENANT};
 pub use workflows::{read_definition_files, DefinitionFiles, ListedWorkflow, LoadReport};
 
 pub use commit::{backoff_ceiling_ms, CommitHooks, NoHooks, BACKOFF_BASE_MS, BACKOFF_CAP_MS, MAX_CONFLICT_RETRIES};
@@ -59,6 +65,9 @@ pub struct Services {
     /// How external workers are notified of their interrupts (`None`: notify effects are
     /// dropped with a warning; [`Services::with_callbacks`]).
     pub callbacks: Option<Arc<crate::interrupt::callback::Callbacks>>,
+    /// How webhooks are delivered (`None`: no subscriptions can be registered and no
+    /// deliveries are enqueued; [`Services::with_webhooks`]).
+    pub webhooks: Option<Arc<crate::webhook::Webhooks>>,
     /// How many consecutive steps of a run one commit may hold ([`Services::with_step_chaining`]).
     chain_limit: usize,
     /// Child starts and finished children's notices are carried out in the committing call
@@ -129,6 +138,7 @@ impl Services {
             nodes,
             test_seams: false,
             callbacks: None,
+            webhooks: None,
             chain_limit: 0,
             inline_children: false,
             compiled,

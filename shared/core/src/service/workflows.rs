@@ -74,8 +74,11 @@ impl Services {
     /// to the old document keep it).
     pub async fn put_workflow(&self, namespace: &str, document: Value) -> Result<Arc<Workflow>, ServiceError> {
         let workflow = Workflow::compile_with(document, &self.nodes, self.bounds())?;
+        self.check_schedules(&workflow.document)?;
         self.store.put_workflow(&stored(namespace, &workflow), self.clock.now()).await?;
-        self.compile_cached(workflow.document.clone())
+        let compiled = self.compile_cached(workflow.document.clone())?;
+        self.sync_schedules(namespace, &compiled).await?;
+        Ok(compiled)
     }
 
     /// Registers a definition for `tenant` (`POST /v1/workflows`). Versions are immutable:
@@ -129,7 +132,9 @@ impl Services {
             return Ok((self.compile_cached(existing.document)?, false));
         }
         self.store.put_workflow(&stored(tenant, &workflow), self.clock.now()).await?;
-        Ok((self.compile_cached(workflow.document.clone())?, true))
+        let compiled = self.compile_cached(workflow.document.clone())?;
+        self.sync_schedules(tenant, &compiled).await?;
+        Ok((compiled, true))
     }
 
     /// Every check of a registration, reading only: the compiled definition and, when this
@@ -143,6 +148,7 @@ impl Services {
         let document = crate::model::normalize_spelling(document);
         self.refusal_scan(&document).await?;
         let workflow = Workflow::compile_with(document, &self.nodes, self.bounds())?;
+        self.check_schedules(&workflow.document)?;
         if let Some((index, node_id, type_id)) = crate::nodes::find_mock_node(&workflow.definition) {
             if !mocks_allowed {
                 return Err(crate::error::DefinitionError::Invalid {

@@ -7,10 +7,13 @@ pub(crate) mod interrupts;
 pub(crate) mod interrupts_list;
 pub(crate) mod list;
 pub(crate) mod runs;
+pub(crate) mod schedules;
 pub(crate) mod seams;
 pub(crate) mod seams_usage;
 pub(crate) mod sse;
 pub(crate) mod stream;
+pub(crate) mod triggers;
+pub(crate) mod webhooks;
 pub(crate) mod workflows;
 
 use axum::extract::State;

@@ -342,7 +342,7 @@ mod tests {
         item.insert(SK.into(), s("SLOT#a"));
         assert!(matches!(decode_slot(&item), Err(StoreError::Corrupt(why)) if why.contains("SLOT#a")));
         let mut newer = slot_item(&run, "a#0", &record("completed"), 9).expect("item");
-        newer.insert("format".into(), n(FAN_OUT_FORMAT + 1));
+        newer.insert("format".into(), n(crate::codec::FORMAT + 1));
         assert!(matches!(decode_slot(&newer), Err(StoreError::Unavailable(_))));
     }
 }

@@ -1,0 +1,357 @@
+//! Inbound webhook triggers (see [`crate::trigger`]): register, list, read, pause, resume and
+//! delete a tenant's trigger subscriptions; take one signed delivery and start at most one
+//! run for it; read a subscription's log and deliveries.
+
+use serde_json::{json, Map, Value};
+
+use super::webhooks::check_tenant;
+use super::{CreateOutcome, IdempotencyKey, Services};
+use crate::error::{ServiceError, StoreError};
+use crate::ports::Expect;
+use crate::run::Principal;
+use crate::timefmt::Millis;
+use crate::trigger::{
+    self, idempotency_endpoint, parse_request, Inbound, TriggerState, TriggerSubscription, DELIVERY_ATTEMPTED,
+    DELIVERY_KIND, LOG_KIND, RETENTION_MS, STATE_CHANGED, SUBSCRIPTION_KIND,
+};
+use crate::webhook::sign::{self, headers, Signed};
+use crate::webhook::ALL;
+
+/// At most this many trigger subscriptions per tenant.
+pub const MAX_TRIGGERS_PER_TENANT: usize = 50;
+
+/// What an ingested delivery came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ingested {
+    /// The run it started (or started before, for a redelivery).
+    pub run_id: String,
+    /// The delivery id (the sender's, or the body's digest).
+    pub delivery_id: String,
+    /// The dedup key.
+    pub dedup_key: String,
+    /// A redelivery: nothing new was started.
+    pub duplicate: bool,
+}
+
+fn not_found() -> ServiceError {
+    ServiceError::Rejected {
+        status: 404,
+        code: "subscription_not_found",
+        message: "no trigger subscription with this id".into(),
+        details: json!({}),
+    }
+}
+
+impl Services {
+    /// Registers a webhook trigger for the caller's tenant with the host-made `secret`.
+    pub async fn register_trigger(
+        &self,
+        principal: &Principal,
+        body: &Value,
+        subscription_id: String,
+        secret: String,
+    ) -> Result<TriggerSubscription, ServiceError> {
+        let request = parse_request(body)?;
+        check_tenant(&principal.tenant, request.tenant_id.as_deref())?;
+        let (_, workflow) = self.find_workflow(&principal.tenant, &request.workflow_id).await?;
+        if let Some(gap) = &workflow.gap {
+            return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
+        }
+        if self.list_triggers(&principal.tenant).await?.len() >= MAX_TRIGGERS_PER_TENANT {
+            return Err(ServiceError::Conflict {
+                code: "subscription_limit_reached",
+                message: format!("a tenant may hold at most {MAX_TRIGGERS_PER_TENANT} trigger subscriptions"),
+                details: json!({ "limit": MAX_TRIGGERS_PER_TENANT }),
+            });
+        }
+        let now = self.clock.now();
+        let subscription = TriggerSubscription {
+            subscription_id,
+            tenant_id: principal.tenant.clone(),
+            source: "webhook".into(),
+            workflow_id: request.workflow_id,
+            input_mapping: request.input_mapping,
+            secret,
+            name: request.name,
+            created_at: now,
+            state: TriggerState::Active,
+        };
+        let id = subscription.subscription_id.clone();
+        self.store.put_record(SUBSCRIPTION_KIND, ALL, &id, &subscription.to_value(), None, Expect::Absent, now).await?;
+        tracing::info!(subscription_id = %id, tenant = %subscription.tenant_id, "trigger subscription registered");
+        Ok(subscription)
+    }
+
+    /// The tenant's trigger subscriptions, by id.
+    pub async fn list_triggers(&self, tenant: &str) -> Result<Vec<TriggerSubscription>, ServiceError> {
+        let now = self.clock.now();
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.store.records(SUBSCRIPTION_KIND, ALL, after.as_deref(), 100, now).await?;
+            after = page.last().map(|record| record.key.clone());
+            out.extend(
+                page.iter()
+                    .filter_map(|record| TriggerSubscription::from_value(&record.value).ok())
+                    .filter(|subscription| subscription.tenant_id == tenant),
+            );
+            if page.len() < 100 {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn stored_trigger(&self, subscription_id: &str) -> Result<Option<(u64, TriggerSubscription)>, ServiceError> {
+        let record = self.store.record(SUBSCRIPTION_KIND, ALL, subscription_id, self.clock.now()).await?;
+        Ok(record.and_then(|record| Some((record.version, TriggerSubscription::from_value(&record.value).ok()?))))
+    }
+
+    /// One of the tenant's trigger subscriptions (another tenant's reads as not found).
+    pub async fn get_trigger(&self, tenant: &str, subscription_id: &str) -> Result<TriggerSubscription, ServiceError> {
+        let found = self.stored_trigger(subscription_id).await?;
+        found.map(|(_, subscription)| subscription).filter(|s| s.tenant_id == tenant).ok_or_else(not_found)
+    }
+
+    /// Pauses (`active: false`) or resumes one of the tenant's trigger subscriptions; logs the
+    /// change. A subscription already in that state is answered as it is.
+    pub async fn set_trigger_active(
+        &self,
+        tenant: &str,
+        subscription_id: &str,
+        active: bool,
+    ) -> Result<TriggerSubscription, ServiceError> {
+        let to = if active { TriggerState::Active } else { TriggerState::Paused };
+        for _ in 0..8 {
+            let (version, mut subscription) = self
+                .stored_trigger(subscription_id)
+                .await?
+                .filter(|(_, s)| s.tenant_id == tenant)
+                .ok_or_else(not_found)?;
+            if subscription.state == to {
+                return Ok(subscription);
+            }
+            let from = subscription.state;
+            subscription.state = to;
+            let now = self.clock.now();
+            let value = subscription.to_value();
+            match self
+                .store
+                .put_record(SUBSCRIPTION_KIND, ALL, subscription_id, &value, None, Expect::Version(version), now)
+                .await
+            {
+                Ok(_) => {
+                    self.log_state_change(&subscription, from.as_str(), to.as_str(), "operator-paused").await;
+                    return Ok(subscription);
+                }
+                Err(StoreError::Conflict) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(ServiceError::Unavailable)
+    }
+
+    /// Deletes one of the tenant's trigger subscriptions (its log keeps the removal).
+    pub async fn delete_trigger(
+        &self,
+        tenant: &str,
+        named: Option<&str>,
+        subscription_id: &str,
+    ) -> Result<(), ServiceError> {
+        check_tenant(tenant, named)?;
+        let subscription = self.get_trigger(tenant, subscription_id).await?;
+        self.store.delete_record(SUBSCRIPTION_KIND, ALL, subscription_id, Expect::Any, self.clock.now()).await?;
+        self.log_state_change(&subscription, subscription.state.as_str(), "removed", "source-removed").await;
+        Ok(())
+    }
+
+    async fn log_state_change(&self, subscription: &TriggerSubscription, from: &str, to: &str, reason: &str) {
+        let payload = json!({
+            "subscriptionId": subscription.subscription_id,
+            "source": subscription.source,
+            "fromState": from,
+            "toState": to,
+            "reason": reason,
+        });
+        self.append_trigger_log(&subscription.subscription_id, STATE_CHANGED, payload).await;
+    }
+
+    /// Appends to a subscription's log (best effort: the log is an account, not the truth).
+    async fn append_trigger_log(&self, subscription_id: &str, event_type: &str, payload: Value) {
+        let now = self.clock.now();
+        let key = trigger::log_key(now, self.ids.random());
+        let entry = trigger::log_entry(event_type, payload, now);
+        let expires = Some(now + RETENTION_MS);
+        if let Err(error) =
+            self.store.put_record(LOG_KIND, subscription_id, &key, &entry, expires, Expect::Absent, now).await
+        {
+            tracing::warn!(subscription_id, %error, "appending to a trigger subscription's log failed");
+        }
+    }
+
+    /// A page of a subscription's log (oldest first) after the entry key `after`; the key of
+    /// the page's last entry when more may follow.
+    pub async fn trigger_log(
+        &self,
+        tenant: &str,
+        subscription_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Value>, Option<String>), ServiceError> {
+        self.get_trigger(tenant, subscription_id).await?;
+        self.record_page(LOG_KIND, subscription_id, after, limit).await
+    }
+
+    /// A page of a subscription's delivery records (by dedup key), each with its
+    /// `TriggerEvent` and the run it started.
+    pub async fn trigger_deliveries(
+        &self,
+        tenant: &str,
+        subscription_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Value>, Option<String>), ServiceError> {
+        self.get_trigger(tenant, subscription_id).await?;
+        self.record_page(DELIVERY_KIND, subscription_id, after, limit).await
+    }
+
+    async fn record_page(
+        &self,
+        kind: &str,
+        scope: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Value>, Option<String>), ServiceError> {
+        let page = self.store.records(kind, scope, after, limit, self.clock.now()).await?;
+        let next = page.last().filter(|_| page.len() == limit).map(|record| record.key.clone());
+        Ok((page.into_iter().map(|record| record.value).collect(), next))
+    }
+
+    /// Takes one inbound delivery for `subscription_id` (see [`crate::trigger`]).
+    pub async fn ingest_trigger(&self, subscription_id: &str, inbound: &Inbound) -> Result<Ingested, ServiceError> {
+        let (_, subscription) = self.stored_trigger(subscription_id).await?.ok_or_else(not_found)?;
+        if inbound.body.len() > trigger::MAX_BODY_BYTES {
+            return Err(ServiceError::Rejected {
+                status: 413,
+                code: "payload_too_large",
+                message: format!("a trigger delivery may carry at most {} bytes", trigger::MAX_BODY_BYTES),
+                details: json!({ "limit": trigger::MAX_BODY_BYTES }),
+            });
+        }
+        let now = self.clock.now();
+        let delivery_id = inbound
+            .either(headers::DELIVERY_ID)
+            .or_else(|| inbound.header("idempotency-key"))
+            .filter(|id| !id.is_empty() && id.len() <= 255)
+            .map_or_else(|| format!("sha256-{}", &sign::sha256_hex(&inbound.body)[..32]), str::to_owned);
+        let dedup_key = sign::sha256_hex(format!("{subscription_id}\n{delivery_id}").as_bytes())[..32].to_owned();
+        let prior = self.store.record(DELIVERY_KIND, subscription_id, &dedup_key, now).await?;
+        let attempt = prior.as_ref().and_then(|record| record.value["attempts"].as_u64()).unwrap_or(0) + 1;
+        let mut record = json!({
+            "dedupKey": dedup_key,
+            "deliveryId": delivery_id,
+            "attempts": attempt,
+            "receivedAt": crate::timefmt::rfc3339(now),
+        });
+        let signed = Signed {
+            timestamp: inbound.either(headers::TIMESTAMP),
+            signature: inbound.either(headers::SIGNATURE),
+            algorithm: inbound.either(headers::ALGORITHM),
+        };
+        if let Err(refusal) = sign::verify(&subscription.secret, signed, &inbound.body, now / 1_000) {
+            record["outcome"] = json!("dead-lettered");
+            record["reason"] = json!("signature-invalid");
+            record["verification"] = json!(refusal.reason());
+            self.settle_delivery(&subscription, &dedup_key, &record, attempt, "dead-lettered", None).await;
+            return Err(ServiceError::Rejected {
+                status: 401,
+                code: "signature_invalid",
+                message: format!("the delivery's signature was not accepted: {refusal}"),
+                details: json!({ "reason": refusal.reason(), "deliveryId": delivery_id }),
+            });
+        }
+        if subscription.state == TriggerState::Paused {
+            record["outcome"] = json!("retrying");
+            record["reason"] = json!("operator-paused");
+            self.settle_delivery(&subscription, &dedup_key, &record, attempt, "retrying", None).await;
+            return Err(ServiceError::Conflict {
+                code: "subscription_paused",
+                message: "the trigger subscription is paused; deliver again after it is resumed".into(),
+                details: json!({ "subscriptionId": subscription_id }),
+            });
+        }
+        let event = trigger::trigger_event(subscription_id, &delivery_id, now, inbound);
+        record["triggerEvent"] = event.clone();
+        let inputs = trigger::map_inputs(&subscription.input_mapping, &event);
+        let principal = Principal {
+            tenant: subscription.tenant_id.clone(),
+            subject: format!("trigger:{subscription_id}"),
+            key_class: "trigger".into(),
+            test_scope: false,
+        };
+        let body = json!({ "workflowId": subscription.workflow_id, "inputs": Value::Object(inputs) });
+        let key = IdempotencyKey {
+            endpoint: idempotency_endpoint(subscription_id),
+            key: dedup_key.clone(),
+            request_digest: dedup_key.clone(),
+        };
+        let mut origin = Map::new();
+        origin.insert("causationId".into(), json!(delivery_id));
+        origin.insert(
+            "trigger".into(),
+            json!({ "source": "webhook", "subscriptionId": subscription_id, "deliveryId": delivery_id, "dedupKey": dedup_key }),
+        );
+        let respond = |run: &crate::run::RunState| (202, json!({ "runId": run.run_id }));
+        match self.create_run_from(&principal, &body, Some(key), &respond, Some(&origin)).await {
+            Ok(outcome) => {
+                let (run_id, duplicate) = match outcome {
+                    CreateOutcome::Created(run) => (run.run_id.clone(), false),
+                    CreateOutcome::Replayed(prior) => {
+                        (prior.body["runId"].as_str().unwrap_or_default().to_owned(), true)
+                    }
+                };
+                record["outcome"] = json!("delivered");
+                record["runId"] = json!(run_id);
+                self.settle_delivery(&subscription, &dedup_key, &record, attempt, "delivered", Some(&run_id)).await;
+                Ok(Ingested { run_id, delivery_id, dedup_key, duplicate })
+            }
+            Err(error @ (ServiceError::Unavailable | ServiceError::Internal)) => {
+                self.settle_delivery(&subscription, &dedup_key, &record, attempt, "retrying", None).await;
+                Err(error)
+            }
+            Err(error) => {
+                record["outcome"] = json!("dead-lettered");
+                record["reason"] = json!("run-start-refused");
+                record["error"] = json!({ "code": error.code(), "message": error.to_string() });
+                self.settle_delivery(&subscription, &dedup_key, &record, attempt, "dead-lettered", None).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Writes a delivery's record and logs its attempt.
+    async fn settle_delivery(
+        &self,
+        subscription: &TriggerSubscription,
+        dedup_key: &str,
+        record: &Value,
+        attempt: u64,
+        outcome: &str,
+        run_id: Option<&str>,
+    ) {
+        let now: Millis = self.clock.now();
+        let id = &subscription.subscription_id;
+        let expires = Some(now + RETENTION_MS);
+        if let Err(error) = self.store.put_record(DELIVERY_KIND, id, dedup_key, record, expires, Expect::Any, now).await
+        {
+            tracing::warn!(subscription_id = %id, %error, "recording a trigger delivery failed");
+        }
+        let payload = json!({
+            "subscriptionId": id,
+            "dedupKey": dedup_key,
+            "attempt": attempt,
+            "outcome": outcome,
+            "runId": run_id,
+        });
+        self.append_trigger_log(id, DELIVERY_ATTEMPTED, payload).await;
+    }
+}

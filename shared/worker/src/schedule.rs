@@ -1,0 +1,33 @@
+//! The embedded host's scheduler: every tick it asks [`Services::tick_schedules`] to start the
+//! occurrences that are due (the serverless host runs the same tick from a one-minute
+//! EventBridge rule). Exactly-once lives in the tick itself, so a restart or a second ticker
+//! never doubles an occurrence; this loop only keeps time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{debug, warn};
+use trellis_core::service::Services;
+
+/// Ticks every `tick_ms` until `stop` turns true.
+pub async fn schedule_loop(services: Arc<Services>, tick_ms: u64, mut stop: watch::Receiver<bool>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(tick_ms.max(1)));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() {
+            return;
+        }
+        match services.tick_schedules().await {
+            Ok(report) if report.started + report.skipped > 0 => {
+                debug!(started = report.started, skipped = report.skipped, "schedules ticked");
+            }
+            Ok(_) => {}
+            Err(error) => warn!(%error, "a scheduler tick failed; the next one goes on"),
+        }
+    }
+}
