@@ -4,7 +4,8 @@
 //! `tests/webhooks/verify_signatures.py`), retries with one delivery id, dead letters,
 //! a receiver outage, registration refusals (the SSRF gates; the scripted-resolver cases are
 //! in `shared/activities/tests/webhook.rs`), tenant isolation, signed inbound deliveries
-//! starting one run per delivery id, and discovery. Nothing leaves 127.0.0.1.
+//! starting one run per delivery id, a crash between a commit and its send (the real binary,
+//! aborted at `after-commit`), and discovery. Nothing leaves 127.0.0.1.
 
 mod common;
 
@@ -217,8 +218,60 @@ async fn discovery_advertises_durable_signed_webhooks_and_the_trigger_bridge() {
     let discovery = client.discovery().await;
     assert_eq!(discovery["webhooks"]["durable"], json!(true));
     assert_eq!(discovery["webhooks"]["signatureAlgorithms"], json!(["v1"]));
-    assert_eq!(discovery["triggerBridge"]["sources"], json!(["webhook", "schedule"]));
+    assert_eq!(discovery["triggerBridge"]["sources"], json!(["webhook"]));
     assert_eq!(discovery["triggerBridge"]["ingestion"]["verification"], json!(["webhook-signature"]));
-    assert_eq!(discovery["deadLetter"]["supported"], json!(true));
-    assert_eq!(discovery["scheduling"]["cron"], json!(true));
+    assert_eq!(discovery["triggerBridge"]["ingestion"]["registrationEndpoint"], json!(true));
+    assert!(discovery.get("deadLetter").is_none(), "the run-level dead-letter sink is not built");
+    assert_eq!(discovery["scheduling"], json!({"supported": true, "cron": true, "delayed": true, "calendar": false}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_commit_and_send_loses_no_delivery() {
+    use std::path::Path;
+    const CRASH_KEY: &str = "crash-key";
+    let dir = tempfile::tempdir().unwrap();
+    let trellis = Path::new(env!("CARGO_BIN_EXE_trellis"));
+    let receiver = WebhookReceiver::start().await;
+    let url = receiver.path("/hooks/all", vec![Reply::status(200)]);
+    // The host aborts right after the first step's commit, before anything is sent.
+    let mut crashing = trellis_testkit::host::spawn(trellis, dir.path(), CRASH_KEY, Some("after-commit")).await;
+    let client = Client::new(&crashing.base, CRASH_KEY);
+    let (status, body) = client.request("POST", "/v1/webhooks", Some(json!({"url": url, "events": ["*"]}))).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, created) =
+        client.request("POST", "/v1/runs", Some(json!({"workflowId": "conformance-multi-node"}))).await;
+    assert_eq!(status, 201, "{created}");
+    let run_id = created["runId"].as_str().unwrap().to_owned();
+    tokio::time::timeout(Duration::from_secs(10), crashing.child.wait())
+        .await
+        .expect("the crash point was reached")
+        .unwrap();
+
+    let recovered = trellis_testkit::host::spawn(trellis, dir.path(), CRASH_KEY, None).await;
+    let client = Client::new(&recovered.base, CRASH_KEY);
+    let snapshot = client.wait_terminal(&run_id, Duration::from_secs(15)).await;
+    assert_eq!(snapshot["status"], "completed");
+    let events = client.events(&run_id).await;
+    let start = std::time::Instant::now();
+    loop {
+        let mut sequences: Vec<u64> = receiver
+            .deliveries("/hooks/all")
+            .iter()
+            .filter_map(|delivery| delivery.json()["sequence"].as_u64())
+            .collect();
+        sequences.sort_unstable();
+        sequences.dedup();
+        if sequences.len() == events.len() {
+            assert_eq!(sequences, (0..events.len() as u64).collect::<Vec<_>>());
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "deliveries lost: {sequences:?} of {} events", events.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // At least once: a delivery may come twice, always with its one delivery id.
+    for delivery in receiver.deliveries("/hooks/all") {
+        let body = delivery.json();
+        assert_eq!(delivery.header("x-openwop-delivery-id"), body["deliveryId"].as_str());
+        assert_eq!(body["runId"], json!(run_id));
+    }
 }

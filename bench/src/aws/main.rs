@@ -7,7 +7,8 @@
 //! `--functions` (size and median start-up; `scripts/bench-lambda.sh`). With `--fan-out N`
 //! it only measures parallel fan-out (a forEach and a parallel dispatch of N noop children;
 //! see [`fanout`]). With `--patterns` it only measures the runs of the six agent-workflow
-//! patterns' checks (see [`patterns`]).
+//! patterns' checks (see [`patterns`]). With `--webhooks` it only measures what webhook
+//! subscriptions cost a step (see [`webhooks`]).
 //!
 //! Run it through the emulator wrapper:
 //! `unshare -n bash scripts/emulators.sh run -- ./target/release/trellis-bench-aws`
@@ -21,6 +22,7 @@ mod fanout_shapes;
 mod patterns;
 mod reconciler;
 mod startup;
+mod webhooks;
 
 use std::time::Duration;
 
@@ -65,6 +67,10 @@ struct Args {
     /// peak concurrency and the cost per child; 0 runs the step benchmark instead.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000))]
     fan_out: u64,
+    /// Only measure what webhook subscriptions cost a step (none, one to `run.completed`, one
+    /// to every event), deliveries to a loopback receiver in this process.
+    #[arg(long)]
+    webhooks: bool,
     /// Only measure the six agent-workflow patterns of `examples/workflows/patterns/`: the cost
     /// of every run their checks create, against the fake model.
     #[arg(long)]
@@ -92,7 +98,11 @@ async fn main() {
         completion_queue_url: queues.completion,
         max_receive_count: 5,
         dispatcher_timeout_ms: trellis_aws::settings::DEFAULT_DISPATCHER_TIMEOUT_MS,
-        http: Default::default(),
+        // The webhook figures deliver to a loopback receiver in this process.
+        http: trellis_activities::http::HttpSettings {
+            allow: trellis_activities::http::AllowList::parse("127.0.0.1/32").expect("allow list"),
+            ..Default::default()
+        },
         limits: HostLimits::default(),
         retention_days: 30,
         delta_pages: true,
@@ -113,16 +123,16 @@ async fn main() {
         patterns::figures(&settings, &config, &sqs).await;
         return;
     }
+    if args.webhooks {
+        webhooks::figures(&apps, &sqs, &queue_url, args.runs, args.nodes).await;
+        return;
+    }
     if args.fan_out > 0 {
         fanout::figures(&apps, &sqs, [&queue_url, &completion_url], args.fan_out as usize).await;
         return;
     }
 
-    let nodes: Vec<_> = (0..args.nodes).map(|i| json!({"id": format!("n{i}"), "typeId": "core.noop"})).collect();
-    let edges: Vec<_> = (1..args.nodes)
-        .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{}", i - 1), "targetNodeId": format!("n{i}")}))
-        .collect();
-    let chain = json!({"id": "bench-chain", "name": "bench chain", "nodes": nodes, "edges": edges});
+    let chain = chain("bench-chain", args.nodes);
     app.services.register_workflow("bench", chain).await.expect("workflow");
     let principal =
         Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into(), test_scope: false };
@@ -183,6 +193,15 @@ async fn main() {
     }
 }
 
+/// A chain of `nodes` `core.noop` nodes.
+pub(crate) fn chain(id: &str, nodes: usize) -> serde_json::Value {
+    let list: Vec<_> = (0..nodes).map(|i| json!({"id": format!("n{i}"), "typeId": "core.noop"})).collect();
+    let edges: Vec<_> = (1..nodes)
+        .map(|i| json!({"id": format!("e{i}"), "sourceNodeId": format!("n{}", i - 1), "targetNodeId": format!("n{i}")}))
+        .collect();
+    json!({"id": id, "name": id, "nodes": list, "edges": edges})
+}
+
 /// Sizes and cold starts of the three function binaries in `--functions`, against `table`
 /// (the API stores its bundled fixtures there at cold start, on the emulated DynamoDB).
 async fn cold_start_figures(args: &Args, table: &str) {
@@ -237,7 +256,7 @@ pub(crate) fn first_delivery(message: &aws_sdk_sqs::types::Message) -> SqsMessag
 
 /// Plays the event-source mapping (batch size 1) until `expected` messages were handled;
 /// returns `(invocations, receives, deletes)`.
-async fn pump(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queue_url: &str, expected: u64) -> (u64, u64, u64) {
+pub(crate) async fn pump(app: &AwsApp, sqs: &aws_sdk_sqs::Client, queue_url: &str, expected: u64) -> (u64, u64, u64) {
     let (mut invocations, mut receives, mut deletes) = (0u64, 0u64, 0u64);
     while invocations < expected {
         let received = sqs

@@ -32,7 +32,10 @@ impl WebhookTransport for HttpWebhookTransport {
     async fn check_destination(&self, url: &str) -> Result<(), String> {
         self.client.check_destination(url, true).await
     }
+}
 
+#[async_trait]
+impl CallbackSender for HttpWebhookTransport {
     async fn post(
         &self,
         url: &str,

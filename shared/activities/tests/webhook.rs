@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use trellis_activities::http::{AllowList, HttpClient, HttpSettings};
 use trellis_activities::webhook::HttpWebhookTransport;
+use trellis_core::interrupt::callback::CallbackSender;
 use trellis_core::webhook::WebhookTransport;
 use trellis_testkit::http_server::{Reply, TestServer};
 use trellis_testkit::net::{RecordingConnector, ScriptedResolver};

@@ -429,6 +429,28 @@ pub trait RecordStore: Send + Sync {
     ) -> Result<Vec<Record>, StoreError>;
 }
 
+/// Every live record of `(kind, scope)` at `now`, in key order, read page by page: the one home
+/// of a full listing (the sets of subscriptions and schedules are small; their owners cap
+/// them).
+pub async fn all_records(
+    store: &dyn RecordStore,
+    kind: &str,
+    scope: &str,
+    now: Millis,
+) -> Result<Vec<Record>, StoreError> {
+    const PAGE: usize = 100;
+    let mut out: Vec<Record> = Vec::new();
+    loop {
+        let after = out.last().map(|record| record.key.clone());
+        let page = store.records(kind, scope, after.as_deref(), PAGE, now).await?;
+        let full = page.len() == PAGE;
+        out.extend(page);
+        if !full {
+            return Ok(out);
+        }
+    }
+}
+
 /// Definitions, runs, host settings and host records: what every durable store provides (the
 /// shared contract suite holds each implementation to it).
 pub trait Store: WorkflowStore + RunStore + HostSettings + RecordStore {}

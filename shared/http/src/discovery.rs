@@ -171,8 +171,8 @@ impl Discovery {
     }
 
     /// The same document advertising the integration this host serves: with `webhooks` (a
-    /// host that delivers them), `webhooks` (signed, durable), the trigger bridge (webhook and
-    /// schedule sources), its dead letters and scheduling. Without, the blocks are absent.
+    /// host that delivers them), `webhooks` (signed, durable), the trigger bridge (webhook
+    /// subscriptions) and scheduling. Without, the blocks are absent.
     pub fn with_integration(self, webhooks: Option<&trellis_core::webhook::Webhooks>) -> Self {
         let Some(webhooks) = webhooks else { return self };
         let mut document = self.document;
@@ -184,30 +184,24 @@ impl Discovery {
             "maxAttempts": policy.max_attempts,
             "maxSubscriptionsPerTenant": trellis_core::service::MAX_WEBHOOKS_PER_TENANT,
         });
+        // Sources: only webhook subscriptions are registerable trigger subscriptions with the
+        // `trigger.*` events; schedules are declared in definitions and advertised under
+        // `scheduling`. No `deadLetter`: that block is the run-level sink (RFC 0053, not built);
+        // dead-lettered deliveries are records of their subscription.
         document["triggerBridge"] = json!({
             "supported": true,
             "subscriptionStates": ["active", "paused"],
             "dedup": true,
-            "dedupWindowSeconds": trellis_core::limits::IDEMPOTENCY_RETENTION_SECONDS,
-            "sources": ["webhook", "schedule"],
+            "sources": ["webhook"],
             "ingestion": {
                 "externalSources": ["webhook"],
                 "maxBodyBytes": trellis_core::trigger::MAX_BODY_BYTES,
                 "verification": ["webhook-signature"],
-                "registrationEndpoint": "/v1/trigger-subscriptions",
+                "registrationEndpoint": true,
             },
         });
-        document["deadLetter"] = json!({
-            "supported": true,
-            "retentionDays": trellis_core::trigger::RETENTION_MS / 86_400_000,
-        });
-        document["scheduling"] = json!({
-            "supported": true,
-            "cron": true,
-            "delayed": true,
-            "calendar": false,
-            "syntax": "eventbridge-scheduler",
-        });
+        // `at(...)` is the one-shot delayed schedule; there is no future horizon.
+        document["scheduling"] = json!({ "supported": true, "cron": true, "delayed": true, "calendar": false });
         let rendered = [Rendered::of(&document), Rendered::of(&Self::v2(&document))];
         Self { document, rendered }
     }

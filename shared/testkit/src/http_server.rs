@@ -91,6 +91,8 @@ pub struct SeenRequest {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: Vec<u8>,
+    /// When its body had arrived (wall clock, for latency figures).
+    pub received: std::time::SystemTime,
 }
 
 impl SeenRequest {
@@ -268,7 +270,7 @@ async fn handle(request: Request<Incoming>, state: Arc<Mutex<State>>) -> Result<
         .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
         .collect();
     let body = request.into_body().collect().await.map(|body| body.to_bytes().to_vec()).unwrap_or_default();
-    let seen = SeenRequest { method, target, headers, body };
+    let seen = SeenRequest { method, target, headers, body, received: std::time::SystemTime::now() };
     let reply = {
         let mut state = lock(&state);
         let reply = state.next(seen.path());

@@ -49,20 +49,11 @@ impl Services {
     }
 
     async fn schedule_records(&self) -> Result<Vec<(u64, ScheduleRecord)>, ServiceError> {
-        let now = self.clock.now();
-        let mut out = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.store.records(KIND, ALL, after.as_deref(), 100, now).await?;
-            after = page.last().map(|record| record.key.clone());
-            out.extend(
-                page.iter()
-                    .filter_map(|record| Some((record.version, ScheduleRecord::from_value(&record.value).ok()?))),
-            );
-            if page.len() < 100 {
-                return Ok(out);
-            }
-        }
+        let records = crate::ports::all_records(self.store.as_ref(), KIND, ALL, self.clock.now()).await?;
+        Ok(records
+            .iter()
+            .filter_map(|record| Some((record.version, ScheduleRecord::from_value(&record.value).ok()?)))
+            .collect())
     }
 
     /// Makes the stored schedules of `workflow` (stored in `namespace`) what its definition

@@ -117,21 +117,12 @@ impl Services {
 
     /// The tenant's subscriptions, by id.
     pub async fn list_webhooks(&self, tenant: &str) -> Result<Vec<WebhookSubscription>, ServiceError> {
-        let now = self.clock.now();
-        let mut out = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.store.records(SUBSCRIPTION_KIND, ALL, after.as_deref(), 100, now).await?;
-            after = page.last().map(|record| record.key.clone());
-            out.extend(
-                page.iter()
-                    .filter_map(|record| WebhookSubscription::from_value(&record.value).ok())
-                    .filter(|subscription| subscription.tenant_id == tenant),
-            );
-            if page.len() < 100 {
-                return Ok(out);
-            }
-        }
+        let records = crate::ports::all_records(self.store.as_ref(), SUBSCRIPTION_KIND, ALL, self.clock.now()).await?;
+        Ok(records
+            .iter()
+            .filter_map(|record| WebhookSubscription::from_value(&record.value).ok())
+            .filter(|subscription| subscription.tenant_id == tenant)
+            .collect())
     }
 
     /// One of the tenant's subscriptions (another tenant's reads as not found).

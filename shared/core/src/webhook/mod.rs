@@ -29,7 +29,7 @@ pub use delivery::{DeliveryPolicy, DeliveryRecord, DeliveryState};
 pub use subscription::{SubscriptionState, WebhookRequest, WebhookSubscription};
 
 use crate::error::StoreError;
-use crate::interrupt::callback::CallbackError;
+use crate::interrupt::callback::CallbackSender;
 use crate::ports::RecordStore;
 use crate::timefmt::Millis;
 
@@ -40,23 +40,16 @@ pub const DELIVERY_KIND: &str = "webhook-delivery";
 /// The scope holding every subscription (so one listing fills the cache).
 pub const ALL: &str = "all";
 
-/// The outbound side: the destination check at registration and the delivery POST, through
-/// the host's SSRF-guarded client.
+/// The outbound side: the destination check at registration, and (as a [`CallbackSender`])
+/// the delivery POST — resolve, check every address, pin, no redirects; `Ok` on 2xx, a 408,
+/// 425, 429 or 5xx answer, a timeout or a network error retryable — through the host's
+/// SSRF-guarded client.
 #[async_trait]
-pub trait WebhookTransport: Send + Sync {
+pub trait WebhookTransport: CallbackSender {
     /// Checks `url` at registration: `https` (or an allow-listed private destination), no
     /// credentials, the literal host (IP literals, `localhost`, metadata names), and — when the
     /// name resolves — each address. `Err` carries the reason.
     async fn check_destination(&self, url: &str) -> Result<(), String>;
-    /// POSTs one delivery: resolve, check every address, pin, no redirects; `Ok` on 2xx. A
-    /// 408, 425, 429 or 5xx answer, a timeout or a network error is retryable.
-    async fn post(
-        &self,
-        url: &str,
-        headers: &[(&'static str, String)],
-        body: Vec<u8>,
-        timeout_ms: u64,
-    ) -> Result<(), CallbackError>;
 }
 
 /// What a host needs to deliver webhooks.
@@ -89,9 +82,6 @@ struct Cached {
     subscriptions: Arc<Vec<WebhookSubscription>>,
 }
 
-/// How many subscriptions one listing page reads.
-const PAGE: usize = 100;
-
 impl SubscriptionSet {
     /// An empty set, reloaded at most every `ttl_ms`.
     pub fn new(ttl_ms: u64) -> Self {
@@ -114,21 +104,12 @@ impl SubscriptionSet {
                 return Ok(cached.subscriptions.clone());
             }
         }
-        let mut subscriptions = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = store.records(SUBSCRIPTION_KIND, ALL, after.as_deref(), PAGE, now).await?;
-            let full = page.len() == PAGE;
-            after = page.last().map(|record| record.key.clone());
-            subscriptions.extend(
-                page.iter()
-                    .filter_map(|record| WebhookSubscription::from_value(&record.value).ok())
-                    .filter(|subscription| subscription.state == SubscriptionState::Active),
-            );
-            if !full {
-                break;
-            }
-        }
+        let subscriptions: Vec<WebhookSubscription> = crate::ports::all_records(store, SUBSCRIPTION_KIND, ALL, now)
+            .await?
+            .iter()
+            .filter_map(|record| WebhookSubscription::from_value(&record.value).ok())
+            .filter(|subscription| subscription.state == SubscriptionState::Active)
+            .collect();
         let subscriptions = Arc::new(subscriptions);
         *self.cached.lock().expect("set lock") = Some(Cached { loaded_at: now, subscriptions: subscriptions.clone() });
         Ok(subscriptions)
