@@ -108,7 +108,7 @@ async fn main() {
         args.length, args.clients, args.runs
     );
     println!(
-        "{:<22} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>13} {:>13} {:>16}",
+        "{:<22} {:>9} {:>9} {:>9} {:>9} {:>18} {:>11} {:>13} {:>13} {:>16}",
         "subscriptions",
         "steps/s",
         "p50 ms",
@@ -144,10 +144,10 @@ async fn main() {
             Some("run.completed") => 1,
             Some(_) => 2 + 2 * args.length,
         };
-        let expected = per_run * args.runs;
         let started = Instant::now();
         let before = CpuSample::now(pid);
         let figures = load::clients(&host.base, "bench-webhook-chain", args.clients, args.runs).await;
+        let expected = per_run * figures.runs;
         let deadline = Instant::now() + Duration::from_secs(120);
         while receiver.requests_to(&path).len() < expected && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -155,6 +155,11 @@ async fn main() {
         let delivered_in = started.elapsed();
         let cpu = CpuSample::now(pid).since(&before);
         let seen = receiver.requests_to(&path);
+        let mut ids: Vec<String> =
+            seen.iter().filter_map(|request| request.header("x-openwop-delivery-id").map(str::to_owned)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let duplicates = seen.len() - ids.len();
         let mut latencies: Vec<f64> = seen
             .iter()
             .filter_map(|request| {
@@ -177,13 +182,13 @@ async fn main() {
             _ => "-".to_owned(),
         };
         println!(
-            "{:<22} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>10} {:>11} {:>13} {:>13} {:>16}",
+            "{:<22} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>18} {:>11} {:>13} {:>13} {:>16}",
             name,
             steps as f64 / seconds,
             ms(figures.percentile(0.50)),
             ms(figures.percentile(0.99)),
             host_per_step.map_or("n/a".to_owned(), |us| format!("{us:.1}")),
-            format!("{}/{}", seen.len(), expected),
+            format!("{}/{} ({duplicates} dup)", seen.len(), expected),
             if seen.is_empty() {
                 "-".to_owned()
             } else {
@@ -199,6 +204,7 @@ async fn main() {
     }
     println!("latency: the event's timestamp (its commit) to the receiver holding the delivery's body");
     println!("host µs/delivery: the host's CPU above the no-subscription baseline, per delivery received");
+    println!("dup: deliveries received more than once (by delivery id; at least once allows them)");
     drop(host);
 }
 

@@ -138,6 +138,9 @@ pub fn declared(document: &Value, allow_sub_minute: bool) -> Result<Vec<Declared
 pub struct ScheduleRecord {
     /// The tenant its runs belong to.
     pub tenant_id: String,
+    /// Where the declaring definition is stored: the tenant, or the global namespace.
+    #[serde(default)]
+    pub namespace: String,
     /// The workflow it starts (the latest version the tenant sees, at each occurrence).
     pub workflow_id: String,
     /// The trigger's id in the definition.

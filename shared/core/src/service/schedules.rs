@@ -66,18 +66,22 @@ impl Services {
             GLOBAL_NAMESPACE => named.clone().unwrap_or_else(|| DEFAULT_TENANT.to_owned()),
             tenant => tenant.to_owned(),
         };
-        let existing: Vec<(u64, ScheduleRecord)> = self
+        let (existing, others): (Vec<(u64, ScheduleRecord)>, Vec<(u64, ScheduleRecord)>) = self
             .schedule_records()
             .await?
             .into_iter()
             .filter(|(_, record)| record.workflow_id == workflow.id())
-            .filter(|(_, record)| namespace == GLOBAL_NAMESPACE || record.tenant_id == namespace)
-            .collect();
+            .partition(|(_, record)| record.namespace == namespace);
         let mut kept = Vec::new();
         for schedule in &declared {
             let tenant = tenant_of(&schedule.tenant_id);
             let key = ScheduleRecord::key_of(&tenant, workflow.id(), &schedule.trigger_id);
             kept.push(key.clone());
+            // A tenant's own definition shadows a global one of the same id (as `find_workflow`
+            // does): its schedule takes the key over, and the global one leaves it alone.
+            if namespace == GLOBAL_NAMESPACE && others.iter().any(|(_, record)| record.key() == key) {
+                continue;
+            }
             let current = existing.iter().find(|(_, record)| record.key() == key);
             if current.is_some_and(|(_, record)| record.same_as(schedule)) {
                 continue;
@@ -89,6 +93,7 @@ impl Services {
             };
             let record = ScheduleRecord {
                 tenant_id: tenant,
+                namespace: namespace.to_owned(),
                 workflow_id: workflow.id().to_owned(),
                 trigger_id: schedule.trigger_id.clone(),
                 expression: schedule.expression.clone(),
