@@ -24,6 +24,9 @@ use crate::schedule::record::{declared, ScheduleRecord, DEFAULT_TENANT, KIND, MA
 use crate::timefmt::{rfc3339, Millis};
 use crate::webhook::ALL;
 
+/// A stored schedule and the version it was read at.
+type Versioned = (u64, ScheduleRecord);
+
 /// What one tick did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TickReport {
@@ -48,7 +51,7 @@ impl Services {
         declared(document, self.test_seams).map(|_| ())
     }
 
-    async fn schedule_records(&self) -> Result<Vec<(u64, ScheduleRecord)>, ServiceError> {
+    async fn schedule_records(&self) -> Result<Vec<Versioned>, ServiceError> {
         let records = crate::ports::all_records(self.store.as_ref(), KIND, ALL, self.clock.now()).await?;
         Ok(records
             .iter()
@@ -66,7 +69,7 @@ impl Services {
             GLOBAL_NAMESPACE => named.clone().unwrap_or_else(|| DEFAULT_TENANT.to_owned()),
             tenant => tenant.to_owned(),
         };
-        let (existing, others): (Vec<(u64, ScheduleRecord)>, Vec<(u64, ScheduleRecord)>) = self
+        let (existing, others): (Vec<Versioned>, Vec<Versioned>) = self
             .schedule_records()
             .await?
             .into_iter()
