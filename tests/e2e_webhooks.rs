@@ -114,6 +114,9 @@ async fn registration_refuses_private_and_malformed_destinations_and_persists_no
     let host = start(strict).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
     let refused = |url: &str| json!({"url": url, "events": ["run.completed"]});
+    // Names other than localhost (metadata names, public names over http, rebinding, names
+    // that do not resolve) are checked through the scripted resolver in
+    // shared/activities/tests/webhook.rs: nothing here asks a real DNS server.
     for url in [
         "http://127.0.0.1:65535/",
         "https://127.0.0.1/",
@@ -123,8 +126,7 @@ async fn registration_refuses_private_and_malformed_destinations_and_persists_no
         "https://[::1]/hook",
         "https://[fd00::1]/hook",
         "https://localhost/hook",
-        "https://metadata.google.internal/",
-        "http://hooks.example/",
+        "http://127.0.0.2:8080/",
         "ftp://hooks.example/",
         "not a url",
     ] {
@@ -146,16 +148,6 @@ async fn registration_refuses_private_and_malformed_destinations_and_persists_no
     assert_eq!((status, body["details"]["rule"].clone()), (400, json!("enum")), "{body}");
     let (_, listed) = client.request("GET", "/v1/webhooks", None).await;
     assert_eq!(listed["webhooks"], json!([]), "a refusal persists nothing");
-    // A public name that does not resolve here is accepted (checked again at every delivery).
-    let (status, body) = client
-        .request(
-            "POST",
-            "/v1/webhooks",
-            Some(json!({"url": "https://unresolvable.invalid/hook", "eventTypes": ["run.*"]})),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    assert_eq!(body["events"], json!(["run.*"]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
