@@ -10,7 +10,6 @@
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use tokio::sync::Barrier;
 
 use crate::ports::{Expect, Record, Store};
 use crate::timefmt::Millis;
@@ -244,33 +243,6 @@ async fn names_both_stores_can_keep_are_required(store: &Arc<dyn Store>) {
     assert_eq!(read(store, "", "k", T0).await.map(|record| record.version), Some(1));
 }
 
-/// Runs `contenders` as spawned tasks released together by a barrier; their results in order.
-async fn race<T: Send + 'static>(
-    contenders: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>,
-) -> Vec<T> {
-    assert_eq!(
-        tokio::runtime::Handle::current().runtime_flavor(),
-        tokio::runtime::RuntimeFlavor::MultiThread,
-        "the store contract races tasks: run it on a multi-thread runtime"
-    );
-    let barrier = Arc::new(Barrier::new(contenders.len()));
-    let handles: Vec<_> = contenders
-        .into_iter()
-        .map(|contender| {
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                contender.await
-            })
-        })
-        .collect();
-    let mut results = Vec::new();
-    for handle in handles {
-        results.push(handle.await.expect("a racer panicked"));
-    }
-    results
-}
-
 /// Puts `(key, expect)` from [`RACERS`] writers at once, each with its own value `{"racer": i}`.
 async fn puts_racing(store: &Arc<dyn Store>, key: &'static str, expect: Expect) -> Vec<Result<u64, StoreError>> {
     let contenders = (0..RACERS)
@@ -281,7 +253,7 @@ async fn puts_racing(store: &Arc<dyn Store>, key: &'static str, expect: Expect) 
             ) as _
         })
         .collect();
-    race(contenders).await
+    super::races::race(contenders).await
 }
 
 /// The one winner of a race whose losers must get `Conflict`: its index and answer.
@@ -317,7 +289,7 @@ async fn racing_writers_one_wins(store: &Arc<dyn Store>) {
             Box::pin(async move { store.delete_record(KIND, "races", "version", Expect::Version(2), T0).await }) as _
         })
         .collect();
-    let deletes: Vec<Result<bool, StoreError>> = race(contenders).await;
+    let deletes: Vec<Result<bool, StoreError>> = super::races::race(contenders).await;
     let (_, deleted) = one_winner(&deletes, "deletes");
     assert!(deleted);
     assert_eq!(read(store, "races", "version", T0).await, None);

@@ -18,7 +18,7 @@ use crate::StoreError;
 const RACERS: usize = 8;
 
 /// Runs `contenders` as spawned tasks that start together; returns their results in order.
-async fn race<T: Send + 'static>(
+pub(super) async fn race<T: Send + 'static>(
     contenders: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>,
 ) -> Vec<T> {
     let flavor = tokio::runtime::Handle::current().runtime_flavor();
