@@ -1,7 +1,8 @@
 //! Webhooks, inbound triggers and schedules on the emulated AWS stack: the scenarios the
 //! embedded host plays (`trellis_testkit::webhooks`) through the API function's router with
 //! the step queue pumped — deliveries signed and verified by Python's `hmac`, retries with
-//! one delivery id, dead letters; a signed inbound webhook starting one run per delivery id —
+//! one delivery id, dead letters, a delivery message handled twice posting once; a signed
+//! inbound webhook starting one run per delivery id —
 //! and the scheduler tick the template's one-minute rule sends, invoked through the
 //! dispatcher's handler. Without the emulators the suite is ignored.
 
@@ -107,4 +108,39 @@ async fn the_scheduler_tick_starts_each_occurrence_once_and_a_paused_schedule_sk
     assert_eq!(listed["schedules"][0]["scheduleId"], "aws-ticking/tick", "{listed}");
     let mut driver = AwsDriver(&mut stack);
     driver.tick().await;
+}
+
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn a_delivery_message_handled_twice_posts_once() {
+    require_emulators();
+    let mut stack = stack().await;
+    let receiver = WebhookReceiver::start().await;
+    let url = receiver.path("/hooks/twice", vec![trellis_testkit::http_server::Reply::status(200)]);
+    let webhook_id =
+        webhooks::register(&mut AwsDriver(&mut stack), &url, &["*"]).await["webhookId"].as_str().unwrap().to_owned();
+    let run_id = stack.create(json!({"workflowId": "conformance-multi-node"})).await;
+    // Every message — steps and deliveries — is handed to the dispatcher a second time.
+    stack.pump_until_terminal(&run_id, Duration::from_secs(10), true).await;
+    let (_, events) = stack.request("GET", &format!("/v1/runs/{run_id}/events/poll?lastSequence=-1"), None, true).await;
+    let count = events["events"].as_array().unwrap().len();
+    let start = std::time::Instant::now();
+    while receiver.deliveries("/hooks/twice").len() < count {
+        assert!(start.elapsed() < Duration::from_secs(10), "deliveries missing");
+        stack.pump_once(true).await;
+    }
+    for _ in 0..20 {
+        stack.pump_once(true).await;
+    }
+    let mut ids: Vec<String> = receiver
+        .deliveries("/hooks/twice")
+        .iter()
+        .map(|delivery| delivery.header("x-openwop-delivery-id").unwrap().to_owned())
+        .collect();
+    let received = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!((received, ids.len()), (count, count), "a redelivered delivery posted again");
+    let records = webhooks::delivery_records(&mut AwsDriver(&mut stack), &webhook_id, Some("delivered")).await;
+    assert_eq!(records.len(), count);
 }
