@@ -4,7 +4,8 @@
 //! `tests/webhooks/verify_signatures.py`), retries with one delivery id, dead letters,
 //! a receiver outage, registration refusals (the SSRF gates; the scripted-resolver cases are
 //! in `shared/activities/tests/webhook.rs`), tenant isolation, signed inbound deliveries
-//! starting one run per delivery id, a crash between a commit and its send (the real binary,
+//! starting one run per delivery id, the `trellis webhooks|triggers|schedules` commands, a
+//! crash between a commit and its send (the real binary,
 //! aborted at `after-commit`), and discovery. Nothing leaves 127.0.0.1.
 
 mod common;
@@ -266,4 +267,70 @@ async fn a_crash_between_commit_and_send_loses_no_delivery() {
         assert_eq!(delivery.header("x-openwop-delivery-id"), body["deliveryId"].as_str());
         assert_eq!(body["runId"], json!(run_id));
     }
+}
+
+/// Runs the `trellis` client against `base` with `KEY`; its stdout (exit 0 expected).
+async fn cli(base: &str, args: &[&str]) -> String {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
+        .args(args)
+        .env("TRELLIS_URL", base)
+        .env("TRELLIS_API_KEY", KEY)
+        .env_remove("TRELLIS_CONFIG")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .await
+        .expect("trellis runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "trellis {args:?}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_manages_webhooks_triggers_and_schedules() {
+    let (host, mut driver) = host(args()).await;
+    let base = format!("http://{}", host.addr);
+    let receiver = WebhookReceiver::start().await;
+    let url = receiver.path("/hooks/cli", vec![Reply::status(200)]);
+
+    let created: Value = serde_json::from_str(
+        &cli(&base, &["-o", "json", "webhooks", "create", &url, "--event", "run.completed"]).await,
+    )
+    .unwrap();
+    let webhook_id = created["webhookId"].as_str().unwrap().to_owned();
+    assert!(created["secret"].as_str().unwrap().starts_with("whsec_"));
+    let listed = cli(&base, &["webhooks", "list"]).await;
+    assert!(listed.contains(&webhook_id) && listed.contains("run.completed") && !listed.contains("whsec_"), "{listed}");
+    let (_, run) = driver_call(&mut driver, "POST", "/v1/runs", Some(json!({"workflowId": "conformance-noop"}))).await;
+    let run_id = run["runId"].as_str().unwrap().to_owned();
+    let start = std::time::Instant::now();
+    while !cli(&base, &["webhooks", "deliveries", &webhook_id, "--state", "delivered"]).await.contains(&run_id) {
+        assert!(start.elapsed() < Duration::from_secs(10), "the delivery never showed as delivered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(cli(&base, &["webhooks", "delete", &webhook_id]).await.contains("deleted"));
+
+    let (status, body) = driver_call(&mut driver, "POST", "/v1/workflows", Some(webhooks::echo_workflow())).await;
+    assert_eq!(status, 201, "{body}");
+    let trigger: Value = serde_json::from_str(
+        &cli(&base, &["-o", "json", "triggers", "create", "trigger-echo", "--map", "orderId=/webhook/body/id"]).await,
+    )
+    .unwrap();
+    let trigger_id = trigger["subscriptionId"].as_str().unwrap().to_owned();
+    assert_eq!(trigger["inputMapping"]["orderId"], "/webhook/body/id");
+    assert!(cli(&base, &["triggers", "pause", &trigger_id]).await.contains("paused"));
+    assert!(cli(&base, &["triggers", "resume", &trigger_id]).await.contains("active"));
+    let log = cli(&base, &["triggers", "events", &trigger_id]).await;
+    assert!(log.contains("active -> paused") && log.contains("paused -> active"), "{log}");
+    assert!(cli(&base, &["triggers", "list"]).await.contains(&trigger_id));
+    assert!(cli(&base, &["triggers", "delete", &trigger_id]).await.contains("deleted"));
+
+    let hourly = json!({"id": "hourly", "name": "hourly", "version": "1",
+        "triggers": [{"id": "every-hour", "type": "schedule", "config": {"expression": "cron(0 * * * ? *)", "timezone": "Europe/Berlin"}}],
+        "nodes": [{"id": "n", "typeId": "core.noop"}]});
+    let (status, body) = driver_call(&mut driver, "POST", "/v1/workflows", Some(hourly)).await;
+    assert_eq!(status, 201, "{body}");
+    let schedules = cli(&base, &["schedules", "list"]).await;
+    assert!(schedules.contains("hourly/every-hour") && schedules.contains("cron(0 * * * ? *)"), "{schedules}");
+    assert!(cli(&base, &["schedules", "pause", "hourly/every-hour"]).await.contains("paused"));
+    assert!(cli(&base, &["schedules", "resume", "hourly/every-hour"]).await.contains("active"));
 }

@@ -127,11 +127,106 @@ pub enum Command {
     /// List, inspect and answer pending interrupts (approvals, questions, external events).
     #[command(subcommand)]
     Interrupts(InterruptsCommand),
+    /// Outbound webhook subscriptions: list, create, delete, and a subscription's deliveries.
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
+    /// Inbound webhook triggers: list, create, pause, resume, delete, and a subscription's log.
+    #[command(subcommand)]
+    Triggers(TriggersCommand),
+    /// The schedules workflows declare: list, pause, resume.
+    #[command(subcommand)]
+    Schedules(SchedulesCommand),
     /// Print a shell completion script on standard output.
     #[command(after_help = "Example: trellis completions bash > /etc/bash_completion.d/trellis")]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+}
+
+/// trellis webhooks ... (docs/webhooks.md)
+#[derive(Debug, Subcommand)]
+pub enum WebhooksCommand {
+    /// List the key's tenant's subscriptions: ID, STATE, EVENTS, URL.
+    List,
+    /// Register URL for event types; prints the secret, which is shown this once.
+    #[command(
+        after_help = "Example: trellis webhooks create https://hooks.example/trellis --event run.completed --event run.failed"
+    )]
+    Create {
+        // Not named `url`: that id is the global option's, and clap would merge the two.
+        /// Where deliveries go (https, or an allow-listed private address).
+        #[arg(value_name = "URL")]
+        destination: String,
+        /// An event type, a family (run.*) or * (repeatable; at least one).
+        #[arg(long = "event", value_name = "TYPE", required = true)]
+        events: Vec<String>,
+    },
+    /// Delete a subscription.
+    Delete {
+        /// The webhook id.
+        id: String,
+    },
+    /// A subscription's delivery records: RUN, SEQ, TYPE, STATE, ATTEMPTS, LAST ERROR.
+    Deliveries {
+        /// The webhook id.
+        id: String,
+        /// Only deliveries in this state: retrying, delivered or dead-lettered.
+        #[arg(long)]
+        state: Option<String>,
+    },
+}
+
+/// trellis triggers ... (docs/triggers.md)
+#[derive(Debug, Subcommand)]
+pub enum TriggersCommand {
+    /// List the key's tenant's trigger subscriptions: ID, STATE, WORKFLOW, INGEST URL.
+    List,
+    /// Register a signed inbound webhook that starts WORKFLOW; prints the secret (shown once).
+    #[command(after_help = "Example: trellis triggers create order-review --map amount=/webhook/body/amount")]
+    Create {
+        /// The workflow a delivery starts.
+        workflow: String,
+        /// A run input and the JSON pointer into the TriggerEvent it is taken from (repeatable).
+        #[arg(long = "map", value_name = "INPUT=/POINTER")]
+        mappings: Vec<String>,
+    },
+    /// Stop taking deliveries (they are answered 409 until resumed).
+    Pause {
+        /// The subscription id.
+        id: String,
+    },
+    /// Take deliveries again.
+    Resume {
+        /// The subscription id.
+        id: String,
+    },
+    /// Delete a trigger subscription.
+    Delete {
+        /// The subscription id.
+        id: String,
+    },
+    /// The subscription's log (trigger.delivery.attempted, trigger.subscription.state.changed).
+    Events {
+        /// The subscription id.
+        id: String,
+    },
+}
+
+/// trellis schedules ... (docs/triggers.md#schedules)
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCommand {
+    /// List the key's tenant's schedules: ID, STATE, EXPRESSION, ZONE, NEXT, FIRED.
+    List,
+    /// Pause a schedule (WORKFLOW/TRIGGER): its occurrences are skipped.
+    Pause {
+        /// The schedule id.
+        id: String,
+    },
+    /// Resume a schedule from its next occurrence after now (nothing is backfilled).
+    Resume {
+        /// The schedule id.
+        id: String,
     },
 }
 

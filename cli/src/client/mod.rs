@@ -1,4 +1,5 @@
-//! The client commands: `ping`, `workflows …`, `runs …`, `interrupts …` and `completions`,
+//! The client commands: `ping`, `workflows …`, `runs …`, `interrupts …`, `webhooks …`,
+//! `triggers …`, `schedules …` and `completions`,
 //! talking to any Trellis host over HTTP ([`http::Api`]) at the URL and with the key
 //! [`config::resolve`] finds. Each ends with an [`exit::Exit`] code; every error is one
 //! message on standard error and exit 3.
@@ -7,6 +8,7 @@ pub mod config;
 pub mod events;
 pub mod exit;
 pub mod http;
+pub mod integrations;
 pub mod interrupts;
 pub mod output;
 pub mod runs;
@@ -53,6 +55,9 @@ async fn dispatch(global: &GlobalArgs, out: Out, command: &Command) -> Result<Ex
         Command::Workflows(command) => workflows::run(&api, out, command).await.map(|()| Exit::Success),
         Command::Runs(command) => runs::run(&api, out, command).await,
         Command::Interrupts(command) => interrupts::run(&api, out, command).await.map(|()| Exit::Success),
+        Command::Webhooks(command) => integrations::webhooks(&api, out, command).await.map(|()| Exit::Success),
+        Command::Triggers(command) => integrations::triggers(&api, out, command).await.map(|()| Exit::Success),
+        Command::Schedules(command) => integrations::schedules(&api, out, command).await.map(|()| Exit::Success),
         Command::Serve { .. } | Command::HashKey | Command::Completions { .. } => Ok(Exit::Error),
     }
 }
