@@ -37,7 +37,7 @@ pub use schedules::TickReport;
 pub use seam_dispatch::{logical_invocation_id, PerItemRequest, CLAIM_ENDPOINT};
 pub use seam_fanout::{FanOutRequest, MAX_SEAM_WORKERS};
 pub use seams_usage::UsageRequest;
-pub use triggers::{Ingested, MAX_TRIGGERS_PER_TENANT};
+pub use triggers::{Ingested, TriggerListing, MAX_TRIGGERS_PER_TENANT};
 pub use webhooks::{DeliveryOutcome, MAX_WEBHOOKS_PER_TENANT};
 pub use workflows::{read_definition_files, DefinitionFiles, ListedWorkflow, LoadReport};
 

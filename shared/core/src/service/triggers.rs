@@ -20,6 +20,16 @@ use crate::webhook::ALL;
 /// At most this many trigger subscriptions per tenant.
 pub const MAX_TRIGGERS_PER_TENANT: usize = 50;
 
+/// The listings of a trigger subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerListing {
+    /// Its log (`trigger.delivery.attempted`, `trigger.subscription.state.changed`), oldest
+    /// first.
+    Log,
+    /// Its delivery records (by dedup key), each with its `TriggerEvent` and the run it started.
+    Deliveries,
+}
+
 /// What an ingested delivery came to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ingested {
@@ -179,30 +189,22 @@ impl Services {
         }
     }
 
-    /// A page of a subscription's log (oldest first) after the entry key `after`; the key of
+    /// A page of one of a subscription's listings after the record key `after`; the key of
     /// the page's last entry when more may follow.
-    pub async fn trigger_log(
+    pub async fn trigger_listing(
         &self,
         tenant: &str,
         subscription_id: &str,
+        listing: TriggerListing,
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<Value>, Option<String>), ServiceError> {
         self.get_trigger(tenant, subscription_id).await?;
-        self.record_page(LOG_KIND, subscription_id, after, limit).await
-    }
-
-    /// A page of a subscription's delivery records (by dedup key), each with its
-    /// `TriggerEvent` and the run it started.
-    pub async fn trigger_deliveries(
-        &self,
-        tenant: &str,
-        subscription_id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<Value>, Option<String>), ServiceError> {
-        self.get_trigger(tenant, subscription_id).await?;
-        self.record_page(DELIVERY_KIND, subscription_id, after, limit).await
+        let kind = match listing {
+            TriggerListing::Log => LOG_KIND,
+            TriggerListing::Deliveries => DELIVERY_KIND,
+        };
+        self.record_page(kind, subscription_id, after, limit).await
     }
 
     async fn record_page(

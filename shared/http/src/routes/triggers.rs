@@ -20,6 +20,7 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use trellis_core::service::TriggerListing;
 use trellis_core::trigger::{Inbound, TriggerSubscription};
 use trellis_core::webhook::sign;
 
@@ -112,22 +113,23 @@ async fn page(
     state: &AppState,
     id: &str,
     query: &HashMap<String, String>,
-    what: &'static str,
+    listing: TriggerListing,
 ) -> Result<Json<Value>, ApiError> {
+    let what = match listing {
+        TriggerListing::Log => "events",
+        TriggerListing::Deliveries => "deliveries",
+    };
     caller.require(Scope::RunsRead)?;
     let limit = cursor::page_limit(query)?;
-    let listing = format!("trigger-{what}:{id}");
+    let cursor_listing = format!("trigger-{what}:{id}");
     let after: Option<String> = query
         .get("cursor")
-        .map(|text| cursor::decode(&state.cursor_key[..], &listing, caller.tenant(), text))
+        .map(|text| cursor::decode(&state.cursor_key[..], &cursor_listing, caller.tenant(), text))
         .transpose()?;
-    let (items, next) = match what {
-        "events" => state.services.trigger_log(caller.tenant(), id, after.as_deref(), limit).await?,
-        _ => state.services.trigger_deliveries(caller.tenant(), id, after.as_deref(), limit).await?,
-    };
+    let (items, next) = state.services.trigger_listing(caller.tenant(), id, listing, after.as_deref(), limit).await?;
     let mut body = json!({ what: items });
     if let Some(next) = next {
-        body["nextCursor"] = json!(cursor::encode(&state.cursor_key[..], &listing, caller.tenant(), next));
+        body["nextCursor"] = json!(cursor::encode(&state.cursor_key[..], &cursor_listing, caller.tenant(), next));
     }
     Ok(Json(body))
 }
@@ -139,7 +141,7 @@ pub(crate) async fn events(
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    page(&caller, &state, &id, &query, "events").await
+    page(&caller, &state, &id, &query, TriggerListing::Log).await
 }
 
 /// `GET /v1/trigger-subscriptions/{id}/deliveries`.
@@ -149,7 +151,7 @@ pub(crate) async fn deliveries(
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    page(&caller, &state, &id, &query, "deliveries").await
+    page(&caller, &state, &id, &query, TriggerListing::Deliveries).await
 }
 
 /// `POST /v1/triggers/{subscriptionId}`: one signed inbound delivery.
