@@ -20,6 +20,7 @@
 //!   orchestrator supervisor and `core.dispatch` of [`orchestrator`]);
 //! - [`interrupt`]: interrupt payloads, judging resume values and quorum votes (a tally in
 //!   the state; each vote stored by voter), signed interrupt tokens;
+//! - [`bus`]: run events published to an event bus as CloudEvents (EventBridge on AWS);
 //! - [`ports`]: the traits the adapters implement (stores, effect sink and local queue, host
 //!   settings, clock, ids, commit notifier);
 //! - [`secrets`]: the secret-resolver port (`credentialsRef` → cleartext for one call), the
@@ -38,6 +39,7 @@
 pub mod activity;
 pub mod ai;
 pub mod bundled;
+pub mod bus;
 pub mod capabilities;
 pub mod engine;
 pub mod error;

@@ -206,6 +206,34 @@ impl Discovery {
         Self { document, rendered }
     }
 
+    /// The same document advertising what `services` take and send beyond the API: `queue`
+    /// trigger subscriptions (`triggerBridge.sources`) and run events on an event bus
+    /// (`runEventBus`, a Trellis extension at the root: the published event types, the
+    /// CloudEvents format, what happens to an oversized event).
+    pub fn with_services_integration(self, services: &trellis_core::service::Services) -> Self {
+        let mut document = self.document;
+        if services.queue_triggers {
+            if let Some(sources) = document.pointer_mut("/triggerBridge/sources").and_then(Value::as_array_mut) {
+                sources.push(json!("queue"));
+            }
+            // Which queues (a Trellis extension at the root: `triggerBridge` is closed).
+            document["queueTriggers"] = json!({ "supported": true, "backends": ["sqs", "eventbridge"] });
+        }
+        if let Some(bus) = services.event_bus.as_deref() {
+            document["runEventBus"] = json!({
+                "supported": true,
+                "transport": "eventbridge",
+                "format": "cloudevents/1.0",
+                "eventTypes": bus.events.event_types(),
+                "delivery": "at-least-once",
+                "maxDetailBytes": trellis_core::bus::MAX_DETAIL_BYTES,
+                "oversized": "dataref",
+            });
+        }
+        let rendered = [Rendered::of(&document), Rendered::of(&Self::v2(&document))];
+        Self { document, rendered }
+    }
+
     /// The document.
     pub fn document(&self) -> &Value {
         &self.document

@@ -30,7 +30,7 @@ use crate::keys::{
 /// back to an instance that reads it. The number moves only for a change an older reader
 /// would misread; an attribute older readers safely ignore (a page's `next`, see
 /// [`page_item`]) keeps it.
-pub(crate) const FORMAT: u64 = WEBHOOK_FORMAT;
+pub(crate) const FORMAT: u64 = PUBLISH_FORMAT;
 
 /// The format of a delta page without a fan-out.
 pub(crate) const DELTA_FORMAT: u64 = 3;
@@ -41,6 +41,10 @@ pub(crate) const FAN_OUT_FORMAT: u64 = 4;
 /// The format of a page whose effects include a webhook delivery (an older build would not
 /// parse the effect).
 pub(crate) const WEBHOOK_FORMAT: u64 = 5;
+
+/// The format of a page whose effects include a publish to the event bus (an older build
+/// would not parse the effect).
+pub(crate) const PUBLISH_FORMAT: u64 = 6;
 
 /// The format of every item but a delta page: an older (format-2) instance still reads them.
 pub(crate) const BASE_FORMAT: u64 = 2;
@@ -229,6 +233,8 @@ pub(crate) fn page_item(
     let format = if fans_out { FAN_OUT_FORMAT } else { format };
     let delivers = effects.iter().any(|effect| matches!(effect, Effect::DeliverWebhook { .. }));
     let format = if delivers { WEBHOOK_FORMAT } else { format };
+    let publishes = effects.iter().any(|effect| matches!(effect, Effect::PublishEvents { .. }));
+    let format = if publishes { PUBLISH_FORMAT } else { format };
     item.insert("next_sequence".into(), n(run.next_sequence));
     item.insert("events".into(), s(json(&events)?));
     if proven_by_successor(effects) {

@@ -103,6 +103,12 @@ pub async fn process_task(services: &Services, task: &Task, context: &TaskContex
         Effect::DeliverWebhook { webhook_id, sequence, .. } => {
             return crate::webhook::deliver(services, task, webhook_id, *sequence, context).await;
         }
+        Effect::PublishEvents { sequences, .. } => {
+            // A refused publish leaves the task for redelivery (at least once: the CloudEvents
+            // ids are stable, consumers dedupe).
+            services.publish_run_events(&task.run_id, sequences).await?;
+            return Ok(TaskResult::Applied);
+        }
         other => (task.run_id.clone(), other.input().expect("own-run effects have an input")),
     };
     let hooks = CrashHooks(context.crash);

@@ -270,6 +270,16 @@ pub enum Effect {
         /// When.
         due_at: Millis,
     },
+    /// Publish events `sequences` of this run to the host's event bus (see [`crate::bus`]):
+    /// added by the commit loop, not the engine, for the events of a commit in the
+    /// published lifecycle set.
+    #[serde(rename_all = "camelCase")]
+    PublishEvents {
+        /// The events (one commit's, in order).
+        sequences: Vec<u64>,
+        /// When.
+        due_at: Millis,
+    },
     /// Tell the parent that this child run ended, suspended or resumed (the parent reads
     /// the child's state when the notice arrives).
     #[serde(rename_all = "camelCase")]
@@ -300,6 +310,7 @@ impl Effect {
             | Self::CancelChild { due_at, .. }
             | Self::NotifyWorker { due_at, .. }
             | Self::DeliverWebhook { due_at, .. }
+            | Self::PublishEvents { due_at, .. }
             | Self::NotifyParent { due_at, .. } => *due_at,
         }
     }
@@ -316,6 +327,7 @@ impl Effect {
             | Self::CancelChild { due_at, .. }
             | Self::NotifyWorker { due_at, .. }
             | Self::DeliverWebhook { due_at, .. }
+            | Self::PublishEvents { due_at, .. }
             | Self::NotifyParent { due_at, .. } => *due_at = at,
         }
         self
@@ -344,13 +356,16 @@ impl Effect {
             Self::NotifyParent { at_version, .. } => format!("{run_id}/notify-parent/{at_version}"),
             Self::DeliverWebhook { webhook_id, sequence, .. } => format!("{run_id}/webhook/{webhook_id}/{sequence}"),
             Self::NotifyWorker { interrupt_id, .. } => format!("{run_id}/notify-worker/{interrupt_id}"),
+            Self::PublishEvents { sequences, .. } => {
+                format!("{run_id}/publish/{}", sequences.first().copied().unwrap_or_default())
+            }
         }
     }
 
     /// The input this effect feeds back into its own run when its task runs; `None` for the
     /// effects that act on another run (child creation, cancel and notices), for `Execute`,
-    /// whose input is the executor's outcome, and for `NotifyWorker` and `DeliverWebhook`, which
-    /// only send.
+    /// whose input is the executor's outcome, and for `NotifyWorker`, `DeliverWebhook` and
+    /// `PublishEvents`, which only send.
     pub fn input(&self) -> Option<Input> {
         match self {
             Self::Step { node_id, activation, .. } => {
@@ -368,14 +383,19 @@ impl Effect {
             | Self::CancelChild { .. }
             | Self::NotifyParent { .. }
             | Self::NotifyWorker { .. }
-            | Self::DeliverWebhook { .. } => None,
+            | Self::DeliverWebhook { .. }
+            | Self::PublishEvents { .. } => None,
         }
     }
 
     /// Whether this effect's task does outbound I/O (an activity attempt, a worker's notify, a
-    /// webhook delivery): such tasks run beside the run's other tasks, each on its own.
+    /// webhook delivery, a publish to the bus): such tasks run beside the run's other tasks,
+    /// each on its own.
     pub fn is_outbound_io(&self) -> bool {
-        matches!(self, Self::Execute { .. } | Self::NotifyWorker { .. } | Self::DeliverWebhook { .. })
+        matches!(
+            self,
+            Self::Execute { .. } | Self::NotifyWorker { .. } | Self::DeliverWebhook { .. } | Self::PublishEvents { .. }
+        )
     }
 }
 

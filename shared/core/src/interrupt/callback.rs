@@ -49,9 +49,32 @@ pub const NOTIFY_BACKOFF_MS: u64 = 250;
 /// The budget of one notify POST.
 pub const NOTIFY_TIMEOUT_MS: u64 = 10_000;
 
-/// Checks a URL a worker is notified at: absolute `http` or `https` with a host. The message
-/// names `field`.
+/// Whether a notify target is an SQS queue ARN (`arn:aws:sqs:<region>:<account>:<name>`): on
+/// AWS the notify is then a message on that queue instead of a POST (see
+/// [`crate::nodes::NodeRegistry::with_queue_notifies`]).
+pub fn is_queue_target(target: &str) -> bool {
+    let parts: Vec<&str> = target.split(':').collect();
+    parts.len() == 6
+        && parts[0] == "arn"
+        && parts[1].starts_with("aws")
+        && parts[2] == "sqs"
+        && parts[3..].iter().all(|part| !part.is_empty())
+}
+
+/// The capability a queue notify target needs.
+pub const QUEUE_NOTIFY_CAPABILITY: &str = "callbacks.sqs";
+
+/// Checks a URL a worker is notified at: absolute `http` or `https` with a host, or an SQS
+/// queue ARN ([`is_queue_target`]; whether this host sends to queues is checked apart). The
+/// message names `field`.
 pub fn check_url(field: &str, url: &str) -> Result<(), String> {
+    if url.starts_with("arn:") {
+        return if is_queue_target(url) {
+            Ok(())
+        } else {
+            Err(format!("{field} must be an http(s) URL or an SQS queue ARN (arn:aws:sqs:<region>:<account>:<name>)"))
+        };
+    }
     let parsed = url::Url::parse(url).map_err(|error| format!("{field} must be an absolute http(s) URL ({error})"))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(format!("{field} must be an http or https URL, not `{}:`", parsed.scheme()));

@@ -191,9 +191,29 @@ pub fn find_gap(definition: &WorkflowDefinition, registry: &NodeRegistry) -> Opt
                 required_capability: capability_for(&node.type_id),
                 offending_type_id: Some(node.type_id.clone()),
                 node_id: Some(node.id.clone()),
-                message: format!("this host does not run node type `{}`", node.type_id),
+                message: if node.type_id.starts_with("vendor.trellis.aws.") {
+                    format!(
+                        "node type `{}` runs only on the AWS backend (to call a function URL, use core.http.request)",
+                        node.type_id
+                    )
+                } else {
+                    format!("this host does not run node type `{}`", node.type_id)
+                },
             });
         };
+        let notify =
+            node.settings.get(crate::interrupt::callback::NOTIFY_URL_SETTING).and_then(serde_json::Value::as_str);
+        if notify.is_some_and(crate::interrupt::callback::is_queue_target) && !registry.queue_notifies() {
+            return Some(CapabilityGap {
+                required_capability: crate::interrupt::callback::QUEUE_NOTIFY_CAPABILITY.to_owned(),
+                offending_type_id: Some(node.type_id.clone()),
+                node_id: Some(node.id.clone()),
+                message: format!(
+                    "node `{}`: settings.notifyUrl names an SQS queue; only the AWS backend notifies workers on a queue",
+                    node.id
+                ),
+            });
+        }
         if let Err(ConfigIssue::Capability(capability)) = checked {
             return Some(CapabilityGap {
                 required_capability: capability.to_owned(),

@@ -15,12 +15,25 @@ use crate::activity::Activity;
 pub struct NodeRegistry {
     activities: Vec<Arc<dyn Activity>>,
     supervisor_model: Option<Arc<dyn Activity>>,
+    queue_notifies: bool,
 }
 
 impl NodeRegistry {
     /// A registry with the engine's pure kinds and no activity.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same registry on a host whose external workers may be notified on an SQS queue
+    /// (`settings.notifyUrl` or `callbackUrl` an SQS queue ARN; the AWS host).
+    pub fn with_queue_notifies(mut self) -> Self {
+        self.queue_notifies = true;
+        self
+    }
+
+    /// Whether notifies may go to SQS queues ([`NodeRegistry::with_queue_notifies`]).
+    pub fn queue_notifies(&self) -> bool {
+        self.queue_notifies
     }
 
     /// Registers an activity kind and its executor.

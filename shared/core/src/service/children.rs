@@ -137,7 +137,7 @@ impl Services {
         child.mocks_allowed |= parent.mocks_allowed;
         let mut outcome = engine::apply(&workflow, &mut child, Input::Start, now);
         child.version = 1;
-        outcome.effects.extend(self.webhook_effects(&child, &outcome.events).await?);
+        outcome.effects.extend(self.integration_effects(&child, &outcome.events).await?);
         match self.store.create_run(&child, &outcome.events, &outcome.effects, None).await {
             Ok(CreateResult::Created) => {
                 self.send_effects(child_run_id, child.version, &outcome.effects).await;

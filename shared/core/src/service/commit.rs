@@ -74,8 +74,8 @@ impl Services {
             if decision.outcome.verdict != Verdict::Applied {
                 return Ok(Some(decision));
             }
-            // The webhook deliveries its events call for commit with them (the outbox).
-            let deliveries = self.webhook_effects(&decision.run, &decision.outcome.events).await?;
+            // The webhook deliveries and the bus publish its events call for commit with them (the outbox).
+            let deliveries = self.integration_effects(&decision.run, &decision.outcome.events).await?;
             decision.outcome.effects.extend(deliveries);
             hooks.before_commit();
             let outcome = &decision.outcome;

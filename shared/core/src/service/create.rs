@@ -81,6 +81,14 @@ impl Services {
         let request: CreateRunBody = serde_json::from_value(body.clone())
             .map_err(|_| ServiceError::validation("the request body is invalid", json!({})))?;
         refuse_unsupported(&request, principal)?;
+        if request.callback_url.as_deref().is_some_and(crate::interrupt::callback::is_queue_target)
+            && !self.nodes.queue_notifies()
+        {
+            return Err(ServiceError::CapabilityRequired {
+                message: "callbackUrl names an SQS queue; only the AWS backend notifies workers on a queue".to_owned(),
+                details: json!({ "requiredCapability": crate::interrupt::callback::QUEUE_NOTIFY_CAPABILITY, "field": "callbackUrl" }),
+            });
+        }
         self.check_mock_provider(request.configurable.as_ref(), principal)?;
         check_budget(request.configurable.as_ref())?;
         let (namespace, workflow) = self.find_workflow(&principal.tenant, &request.workflow_id).await?;
@@ -110,7 +118,7 @@ impl Services {
                 payload.extend(origin.clone());
             }
         }
-        outcome.effects.extend(self.webhook_effects(&run, &outcome.events).await?);
+        outcome.effects.extend(self.integration_effects(&run, &outcome.events).await?);
         let record = idempotency.as_ref().map(|key| {
             let (status, body) = respond(&run);
             IdempotencyRecord {

@@ -1,6 +1,7 @@
 //! The use cases, written once over the ports: create a run, read it and its events, cancel
 //! it, and advance it by one task. HTTP handlers and queue workers are thin callers.
 
+mod bus;
 mod children;
 mod commit;
 mod control;
@@ -68,6 +69,11 @@ pub struct Services {
     /// How webhooks are delivered (`None`: no subscriptions can be registered and no
     /// deliveries are enqueued; [`Services::with_webhooks`]).
     pub webhooks: Option<Arc<crate::webhook::Webhooks>>,
+    /// Trigger subscriptions may bind queues and bus events (`source: queue`; the AWS host,
+    /// whose dispatcher receives them; [`Services::with_queue_triggers`]).
+    pub queue_triggers: bool,
+    /// Where run events are published (`None`: nowhere; [`Services::with_event_bus`]).
+    pub event_bus: Option<Arc<crate::bus::EventBus>>,
     /// How many consecutive steps of a run one commit may hold ([`Services::with_step_chaining`]).
     chain_limit: usize,
     /// Child starts and finished children's notices are carried out in the committing call
@@ -139,6 +145,8 @@ impl Services {
             test_seams: false,
             callbacks: None,
             webhooks: None,
+            event_bus: None,
+            queue_triggers: false,
             chain_limit: 0,
             inline_children: false,
             compiled,

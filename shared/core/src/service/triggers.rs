@@ -11,8 +11,8 @@ use crate::ports::Expect;
 use crate::run::Principal;
 use crate::timefmt::Millis;
 use crate::trigger::{
-    self, idempotency_endpoint, parse_request, Inbound, TriggerState, TriggerSubscription, DELIVERY_ATTEMPTED,
-    DELIVERY_KIND, LOG_KIND, RETENTION_MS, STATE_CHANGED, SUBSCRIPTION_KIND,
+    self, idempotency_endpoint, parse_request, Inbound, TriggerState, TriggerSubscription, BINDING_KIND,
+    DELIVERY_ATTEMPTED, DELIVERY_KIND, LOG_KIND, RETENTION_MS, STATE_CHANGED, SUBSCRIPTION_KIND,
 };
 use crate::webhook::sign::{self, headers, Signed};
 use crate::webhook::ALL;
@@ -61,7 +61,7 @@ impl Services {
         subscription_id: String,
         secret: String,
     ) -> Result<TriggerSubscription, ServiceError> {
-        let request = parse_request(body)?;
+        let request = parse_request(body, self.queue_triggers)?;
         check_tenant(&principal.tenant, request.tenant_id.as_deref())?;
         let (_, workflow) = self.find_workflow(&principal.tenant, &request.workflow_id).await?;
         if let Some(gap) = &workflow.gap {
@@ -78,15 +78,20 @@ impl Services {
         let subscription = TriggerSubscription {
             subscription_id,
             tenant_id: principal.tenant.clone(),
-            source: "webhook".into(),
+            source: if request.queue.is_some() { "queue" } else { "webhook" }.into(),
             workflow_id: request.workflow_id,
             input_mapping: request.input_mapping,
-            secret,
+            // A queue's events are authenticated by IAM; there is nothing to sign.
+            secret: if request.queue.is_some() { String::new() } else { secret },
             name: request.name,
             created_at: now,
             state: TriggerState::Active,
+            queue: request.queue,
         };
         let id = subscription.subscription_id.clone();
+        if let Some(binding) = &subscription.queue {
+            self.claim_binding(&binding.key(), &id).await?;
+        }
         self.store.put_record(SUBSCRIPTION_KIND, ALL, &id, &subscription.to_value(), None, Expect::Absent, now).await?;
         tracing::info!(subscription_id = %id, tenant = %subscription.tenant_id, "trigger subscription registered");
         Ok(subscription)
@@ -161,6 +166,15 @@ impl Services {
         check_tenant(tenant, named)?;
         let subscription = self.get_trigger(tenant, subscription_id).await?;
         self.store.delete_record(SUBSCRIPTION_KIND, ALL, subscription_id, Expect::Any, self.clock.now()).await?;
+        if let Some(binding) = &subscription.queue {
+            let now = self.clock.now();
+            let key = binding.key();
+            if let Some(record) = self.store.record(BINDING_KIND, ALL, &key, now).await? {
+                if record.value["subscriptionId"] == subscription_id {
+                    self.store.delete_record(BINDING_KIND, ALL, &key, Expect::Version(record.version), now).await.ok();
+                }
+            }
+        }
         self.log_state_change(&subscription, subscription.state.as_str(), "removed", "source-removed").await;
         Ok(())
     }
@@ -219,6 +233,78 @@ impl Services {
         Ok((page.into_iter().map(|record| record.value).collect(), next))
     }
 
+    /// Binds `key` (a queue or an event source) to `subscription_id`: refused with `409
+    /// binding_taken` while another subscription holds it; a binding whose subscription is
+    /// gone (a registration that died half-way) is taken over.
+    async fn claim_binding(&self, key: &str, subscription_id: &str) -> Result<(), ServiceError> {
+        let now = self.clock.now();
+        let value = json!({ "subscriptionId": subscription_id });
+        for _ in 0..4 {
+            let expect = match self.store.record(BINDING_KIND, ALL, key, now).await? {
+                None => Expect::Absent,
+                Some(record) => {
+                    let holder = record.value["subscriptionId"].as_str().unwrap_or_default().to_owned();
+                    if self.stored_trigger(&holder).await?.is_some() {
+                        return Err(ServiceError::Conflict {
+                            code: "binding_taken",
+                            message: format!(
+                                "another trigger subscription ({holder}) already listens to this queue or event source"
+                            ),
+                            details: json!({ "subscriptionId": holder, "field": "queue" }),
+                        });
+                    }
+                    Expect::Version(record.version)
+                }
+            };
+            match self.store.put_record(BINDING_KIND, ALL, key, &value, None, expect, now).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(ServiceError::Unavailable)
+    }
+
+    /// The subscription bound to the first of `keys` that has one.
+    async fn bound_trigger(&self, keys: &[String]) -> Result<Option<TriggerSubscription>, ServiceError> {
+        let now = self.clock.now();
+        for key in keys {
+            let Some(record) = self.store.record(BINDING_KIND, ALL, key, now).await? else { continue };
+            let holder = record.value["subscriptionId"].as_str().unwrap_or_default();
+            if let Some((_, subscription)) = self.stored_trigger(holder).await? {
+                return Ok(Some(subscription));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes one queue message or bus event (AWS: an SQS record's `messageId`, an EventBridge
+    /// event's `id` as `delivery_id`) for the subscription bound to the first of `keys` (see
+    /// [`crate::trigger::sqs_key`], [`crate::trigger::events_key`]); `queue` is the
+    /// `TriggerEvent`'s `queue` sub-object. At most one run per delivery id; `404
+    /// subscription_not_found` when nothing is bound.
+    pub async fn ingest_queue(
+        &self,
+        keys: &[String],
+        delivery_id: &str,
+        queue: Value,
+    ) -> Result<Ingested, ServiceError> {
+        let subscription = self.bound_trigger(keys).await?.ok_or_else(not_found)?;
+        let id = subscription.subscription_id.clone();
+        let now = self.clock.now();
+        let dedup_key = sign::sha256_hex(format!("{id}\n{delivery_id}").as_bytes())[..32].to_owned();
+        let prior = self.store.record(DELIVERY_KIND, &id, &dedup_key, now).await?;
+        let attempt = prior.as_ref().and_then(|record| record.value["attempts"].as_u64()).unwrap_or(0) + 1;
+        let record = json!({
+            "dedupKey": dedup_key,
+            "deliveryId": delivery_id,
+            "attempts": attempt,
+            "receivedAt": crate::timefmt::rfc3339(now),
+        });
+        let event = trigger::queue_event(&id, delivery_id, now, queue);
+        self.start_from_event(&subscription, delivery_id, &dedup_key, attempt, record, event).await
+    }
+
     /// Takes one inbound delivery for `subscription_id` (see [`crate::trigger`]).
     pub async fn ingest_trigger(&self, subscription_id: &str, inbound: &Inbound) -> Result<Ingested, ServiceError> {
         let (_, subscription) = self.stored_trigger(subscription_id).await?.ok_or_else(not_found)?;
@@ -262,17 +348,33 @@ impl Services {
                 details: json!({ "reason": refusal.reason(), "deliveryId": delivery_id }),
             });
         }
+        let event = trigger::trigger_event(subscription_id, &delivery_id, now, inbound);
+        self.start_from_event(&subscription, &delivery_id, &dedup_key, attempt, record, event).await
+    }
+
+    /// Starts the run of a verified delivery (`event`, the `TriggerEvent`), at most once per
+    /// dedup key; a paused subscription refuses it (`409 subscription_paused`: deliver again).
+    async fn start_from_event(
+        &self,
+        subscription: &TriggerSubscription,
+        delivery_id: &str,
+        dedup_key: &str,
+        attempt: u64,
+        mut record: Value,
+        event: Value,
+    ) -> Result<Ingested, ServiceError> {
+        let subscription_id = subscription.subscription_id.as_str();
+        let (delivery_id, dedup_key) = (delivery_id.to_owned(), dedup_key.to_owned());
         if subscription.state == TriggerState::Paused {
             record["outcome"] = json!("retrying");
             record["reason"] = json!("operator-paused");
-            self.settle_delivery(&subscription, &dedup_key, &record, attempt, "retrying", None).await;
+            self.settle_delivery(subscription, &dedup_key, &record, attempt, "retrying", None).await;
             return Err(ServiceError::Conflict {
                 code: "subscription_paused",
                 message: "the trigger subscription is paused; deliver again after it is resumed".into(),
                 details: json!({ "subscriptionId": subscription_id }),
             });
         }
-        let event = trigger::trigger_event(subscription_id, &delivery_id, now, inbound);
         record["triggerEvent"] = event.clone();
         let inputs = trigger::map_inputs(&subscription.input_mapping, &event);
         let principal = Principal {
@@ -291,7 +393,7 @@ impl Services {
         origin.insert("causationId".into(), json!(delivery_id));
         origin.insert(
             "trigger".into(),
-            json!({ "source": "webhook", "subscriptionId": subscription_id, "deliveryId": delivery_id, "dedupKey": dedup_key }),
+            json!({ "source": subscription.source, "subscriptionId": subscription_id, "deliveryId": delivery_id, "dedupKey": dedup_key }),
         );
         let respond = |run: &crate::run::RunState| (202, json!({ "runId": run.run_id }));
         match self.create_run_from(&principal, &body, Some(key), &respond, Some(&origin)).await {
@@ -304,18 +406,18 @@ impl Services {
                 };
                 record["outcome"] = json!("delivered");
                 record["runId"] = json!(run_id);
-                self.settle_delivery(&subscription, &dedup_key, &record, attempt, "delivered", Some(&run_id)).await;
+                self.settle_delivery(subscription, &dedup_key, &record, attempt, "delivered", Some(&run_id)).await;
                 Ok(Ingested { run_id, delivery_id, dedup_key, duplicate })
             }
             Err(error @ (ServiceError::Unavailable | ServiceError::Internal)) => {
-                self.settle_delivery(&subscription, &dedup_key, &record, attempt, "retrying", None).await;
+                self.settle_delivery(subscription, &dedup_key, &record, attempt, "retrying", None).await;
                 Err(error)
             }
             Err(error) => {
                 record["outcome"] = json!("dead-lettered");
                 record["reason"] = json!("run-start-refused");
                 record["error"] = json!({ "code": error.code(), "message": error.to_string() });
-                self.settle_delivery(&subscription, &dedup_key, &record, attempt, "dead-lettered", None).await;
+                self.settle_delivery(subscription, &dedup_key, &record, attempt, "dead-lettered", None).await;
                 Err(error)
             }
         }

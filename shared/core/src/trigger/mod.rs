@@ -101,6 +101,65 @@ pub struct TriggerSubscription {
     pub created_at: Millis,
     /// Active or paused.
     pub state: TriggerState,
+    /// A `queue` subscription's binding: which queue or bus events start its runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueBinding>,
+}
+
+/// What a `queue` subscription listens to (AWS only): an SQS queue's messages, or the
+/// EventBridge events of one source (and detail type) that a rule delivers to the dispatcher.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", untagged)]
+pub enum QueueBinding {
+    /// `{sqsQueueArn}`.
+    #[serde(rename_all = "camelCase")]
+    Sqs {
+        /// The queue's ARN (`arn:aws:sqs:<region>:<account>:<name>`).
+        sqs_queue_arn: String,
+    },
+    /// `{eventSource, detailType?}` (no detail type: every event of the source).
+    #[serde(rename_all = "camelCase")]
+    EventBridge {
+        /// The events' `source`.
+        event_source: String,
+        /// The events' `detail-type`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail_type: Option<String>,
+    },
+}
+
+/// The record kind of queue bindings (scope [`crate::webhook::ALL`], key
+/// [`QueueBinding::key`]): the subscription a queue's or a source's events belong to.
+pub const BINDING_KIND: &str = "trigger-binding";
+
+impl QueueBinding {
+    /// The binding's record key.
+    pub fn key(&self) -> String {
+        match self {
+            Self::Sqs { sqs_queue_arn } => sqs_key(sqs_queue_arn),
+            Self::EventBridge { event_source, detail_type } => {
+                events_key(event_source, detail_type.as_deref().unwrap_or("*"))
+            }
+        }
+    }
+
+    /// The backend (`sqs`, `eventbridge`).
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Sqs { .. } => "sqs",
+            Self::EventBridge { .. } => "eventbridge",
+        }
+    }
+}
+
+/// The binding key of an SQS queue.
+pub fn sqs_key(queue_arn: &str) -> String {
+    format!("sqs|{queue_arn}")
+}
+
+/// The binding key of EventBridge events of `source` and `detail_type` (`*`: any).
+pub fn events_key(source: &str, detail_type: &str) -> String {
+    format!("events|{source}|{detail_type}")
 }
 
 impl TriggerSubscription {
@@ -135,6 +194,16 @@ impl TriggerSubscription {
         if let Some(name) = &self.name {
             view["name"] = json!(name);
         }
+        if let Some(queue) = &self.queue {
+            // Queue events are authenticated by IAM (the event-source mapping or the rule), not
+            // by a shared secret, and arrive through no ingest URL.
+            view["queue"] = json!(queue);
+            view["backend"] = json!(queue.backend());
+            if let Some(object) = view.as_object_mut() {
+                object.remove("ingestPath");
+                object.remove("secretFingerprint");
+            }
+        }
         view
     }
 }
@@ -150,18 +219,22 @@ pub struct TriggerRequest {
     pub tenant_id: Option<String>,
     /// A label.
     pub name: Option<String>,
+    /// A `queue` subscription's binding.
+    pub queue: Option<QueueBinding>,
 }
 
 fn invalid(field: &str, rule: &str, message: impl Into<String>) -> ServiceError {
     ServiceError::validation(message, json!({ "field": field, "rule": rule }))
 }
 
-const FIELDS: [&str; 5] = ["source", "workflowId", "inputMapping", "tenantId", "name"];
+const FIELDS: [&str; 6] = ["source", "workflowId", "inputMapping", "tenantId", "name", "queue"];
 
-/// Checks a `POST /v1/trigger-subscriptions` body: `source` (`webhook`; `schedule` is declared
-/// in a definition, `email` and `form` are not built here) and `workflowId` required,
-/// `inputMapping` an object of JSON pointers (`""` or starting with `/`).
-pub fn parse_request(body: &Value) -> Result<TriggerRequest, ServiceError> {
+/// Checks a `POST /v1/trigger-subscriptions` body: `source` (`webhook`, and `queue` where
+/// `queues` is set — the AWS host; `schedule` is declared in a definition, `email` and `form`
+/// are not built here) and `workflowId` required, `inputMapping` an object of JSON pointers
+/// (`""` or starting with `/`), `queue` (required with `queue`) `{sqsQueueArn}` or
+/// `{eventSource, detailType?}`.
+pub fn parse_request(body: &Value, queues: bool) -> Result<TriggerRequest, ServiceError> {
     let object = body.as_object().ok_or_else(|| invalid("", "type", "the request body must be a JSON object"))?;
     if let Some(unknown) = object.keys().find(|key| !FIELDS.contains(&key.as_str())) {
         return Err(invalid(
@@ -170,8 +243,9 @@ pub fn parse_request(body: &Value) -> Result<TriggerRequest, ServiceError> {
             format!("unknown field `{unknown}`; allowed: {}", FIELDS.join(", ")),
         ));
     }
-    match object.get("source").and_then(Value::as_str) {
-        Some("webhook") => {}
+    let queue = match object.get("source").and_then(Value::as_str) {
+        Some("webhook") => None,
+        Some("queue") if queues => Some(parse_binding(object.get("queue"))?),
         Some("schedule") => {
             return Err(invalid(
                 "source",
@@ -180,13 +254,17 @@ pub fn parse_request(body: &Value) -> Result<TriggerRequest, ServiceError> {
             ))
         }
         Some(other @ ("email" | "form" | "queue" | "stream" | "change")) => {
+            let sources = if queues { "webhook, queue, schedule" } else { "webhook, schedule" };
             return Err(ServiceError::CapabilityRequired {
-                message: format!("this host takes no `{other}` triggers (sources: webhook, schedule)"),
+                message: format!("this host takes no `{other}` triggers (sources: {sources})"),
                 details: json!({ "requiredCapability": "triggerBridge.sources", "field": "source" }),
-            })
+            });
         }
-        Some(_) => return Err(invalid("source", "enum", "source must be webhook")),
-        None => return Err(invalid("source", "required", "source is required (webhook)")),
+        Some(_) => return Err(invalid("source", "enum", "source must be webhook or queue")),
+        None => return Err(invalid("source", "required", "source is required (webhook or queue)")),
+    };
+    if queue.is_none() && object.get("queue").is_some_and(|queue| !queue.is_null()) {
+        return Err(invalid("queue", "dependentRequired", "queue is only for source `queue`"));
     }
     let workflow_id = match object.get("workflowId") {
         Some(Value::String(id)) if !id.is_empty() => id.clone(),
@@ -220,7 +298,71 @@ pub fn parse_request(body: &Value) -> Result<TriggerRequest, ServiceError> {
         Some(Value::String(name)) if name.len() <= 200 => Some(name.clone()),
         Some(_) => return Err(invalid("name", "type", "name must be a string of at most 200 characters")),
     };
-    Ok(TriggerRequest { workflow_id, input_mapping, tenant_id, name })
+    Ok(TriggerRequest { workflow_id, input_mapping, tenant_id, name, queue })
+}
+
+/// Reads a `queue` binding: `{sqsQueueArn}` or `{eventSource, detailType?}`.
+fn parse_binding(value: Option<&Value>) -> Result<QueueBinding, ServiceError> {
+    let Some(object) = value.and_then(Value::as_object) else {
+        return Err(invalid(
+            "queue",
+            "required",
+            "source `queue` needs `queue`: {\"sqsQueueArn\": \"arn:aws:sqs:…\"} or {\"eventSource\": \"…\", \"detailType\": \"…\"}",
+        ));
+    };
+    let text = |name: &str| -> Result<Option<String>, ServiceError> {
+        match object.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) if !text.is_empty() && text.len() <= 256 && !text.contains('|') => {
+                Ok(Some(text.clone()))
+            }
+            Some(_) => Err(invalid(
+                &format!("queue.{name}"),
+                "type",
+                format!("queue.{name} must be a non-empty string of at most 256 characters without `|`"),
+            )),
+        }
+    };
+    if let Some(unknown) =
+        object.keys().find(|key| !["sqsQueueArn", "eventSource", "detailType"].contains(&key.as_str()))
+    {
+        return Err(invalid(
+            &format!("queue.{unknown}"),
+            "additionalProperties",
+            format!("unknown field `queue.{unknown}`; allowed: sqsQueueArn, or eventSource and detailType"),
+        ));
+    }
+    match (text("sqsQueueArn")?, text("eventSource")?, text("detailType")?) {
+        (Some(arn), None, None) => {
+            let parts: Vec<&str> = arn.split(':').collect();
+            if parts.len() != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[5].is_empty() {
+                return Err(invalid(
+                    "queue.sqsQueueArn",
+                    "format",
+                    "queue.sqsQueueArn must be an SQS queue ARN (arn:aws:sqs:<region>:<account>:<name>)",
+                ));
+            }
+            Ok(QueueBinding::Sqs { sqs_queue_arn: arn })
+        }
+        (None, Some(event_source), detail_type) => Ok(QueueBinding::EventBridge { event_source, detail_type }),
+        _ => {
+            Err(invalid("queue", "oneOf", "queue takes either sqsQueueArn, or eventSource (and optionally detailType)"))
+        }
+    }
+}
+
+/// The `TriggerEvent` of a queue message or bus event `queue` (the `queue` sub-object:
+/// `backend` and what the backend tells).
+pub fn queue_event(subscription_id: &str, delivery_id: &str, received_at: Millis, queue: Value) -> Value {
+    json!({
+        "source": "queue",
+        "subscriptionId": subscription_id,
+        "deliveryId": delivery_id,
+        "receivedAt": crate::timefmt::rfc3339(received_at),
+        "verified": true,
+        "contentTrust": "untrusted",
+        "queue": queue,
+    })
 }
 
 /// One inbound request, as the ingest route hands it over.
@@ -296,7 +438,7 @@ mod tests {
 
     #[test]
     fn registration_refusals_name_the_field() {
-        let field = |body: Value| match parse_request(&body).unwrap_err() {
+        let field = |body: Value| match parse_request(&body, false).unwrap_err() {
             ServiceError::Validation { details, .. } => details["field"].as_str().unwrap().to_owned(),
             ServiceError::CapabilityRequired { .. } => "capability".into(),
             other => panic!("{other:?}"),
@@ -310,9 +452,52 @@ mod tests {
             "inputMapping.a"
         );
         assert_eq!(field(json!({"source": "webhook", "workflowId": "w", "x": 1})), "x");
-        let ok =
-            parse_request(&json!({"source": "webhook", "workflowId": "w", "inputMapping": {"id": "/webhook/body/id"}}));
+        let ok = parse_request(
+            &json!({"source": "webhook", "workflowId": "w", "inputMapping": {"id": "/webhook/body/id"}}),
+            false,
+        );
         assert_eq!(ok.unwrap().input_mapping["id"], "/webhook/body/id");
+    }
+
+    #[test]
+    fn queue_bindings_are_checked_where_queues_are_served() {
+        let arn = "arn:aws:sqs:eu-west-1:123456789012:orders";
+        let body = json!({"source": "queue", "workflowId": "w", "queue": {"sqsQueueArn": arn}});
+        assert!(matches!(parse_request(&body, false), Err(ServiceError::CapabilityRequired { .. })));
+        let parsed = parse_request(&body, true).unwrap();
+        assert_eq!(parsed.queue.as_ref().unwrap().key(), format!("sqs|{arn}"));
+        let events = json!({"source": "queue", "workflowId": "w", "queue": {"eventSource": "com.example"}});
+        assert_eq!(parse_request(&events, true).unwrap().queue.unwrap().key(), "events|com.example|*");
+        let field = |body: Value| match parse_request(&body, true).unwrap_err() {
+            ServiceError::Validation { details, .. } => details["field"].as_str().unwrap().to_owned(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(json!({"source": "queue", "workflowId": "w"})), "queue");
+        assert_eq!(
+            field(json!({"source": "queue", "workflowId": "w", "queue": {"sqsQueueArn": "orders"}})),
+            "queue.sqsQueueArn"
+        );
+        assert_eq!(
+            field(json!({"source": "queue", "workflowId": "w", "queue": {"sqsQueueArn": arn, "eventSource": "x"}})),
+            "queue"
+        );
+        assert_eq!(field(json!({"source": "webhook", "workflowId": "w", "queue": {"eventSource": "x"}})), "queue");
+        let stored = TriggerSubscription {
+            subscription_id: "ts-1".into(),
+            tenant_id: "t".into(),
+            source: "queue".into(),
+            workflow_id: "w".into(),
+            input_mapping: Map::new(),
+            secret: String::new(),
+            name: None,
+            created_at: 0,
+            state: TriggerState::Active,
+            queue: parse_request(&events, true).unwrap().queue,
+        };
+        let again = TriggerSubscription::from_value(&stored.to_value()).unwrap();
+        assert_eq!(again, stored, "the binding round-trips");
+        assert!(again.view().get("ingestPath").is_none());
+        assert_eq!(again.view()["backend"], "eventbridge");
     }
 
     #[test]

@@ -32,6 +32,10 @@ use crate::{AppState, BasePath};
 
 fn view(state: &AppState, base: &BasePath, subscription: &TriggerSubscription) -> Value {
     let mut view = subscription.view();
+    if subscription.queue.is_some() {
+        // Its events arrive through a queue or a rule, not an ingest URL.
+        return view;
+    }
     let path = base.link(&subscription.ingest_path());
     let public = state.services.callbacks.as_ref().and_then(|callbacks| callbacks.public_url.as_ref());
     view["ingestUrl"] = json!(public.map_or(path, |public| public.url_of(&subscription.ingest_path())));
@@ -51,7 +55,10 @@ pub(crate) async fn register(
     let secret = sign::new_secret(random_bytes::<32>()?);
     let subscription = state.services.register_trigger(&caller.principal, &body, id, secret).await?;
     let mut view = view(&state, &base, &subscription);
-    view["secret"] = json!(subscription.secret);
+    if subscription.queue.is_none() {
+        // Shown once; a queue subscription has none (IAM authenticates its events).
+        view["secret"] = json!(subscription.secret);
+    }
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
