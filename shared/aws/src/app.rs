@@ -10,6 +10,7 @@ use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{HttpClient, HttpRequestActivity};
 use trellis_activities::secrets::SecretEchoActivity;
 use trellis_activities::webhook::HttpWebhookTransport;
+use trellis_core::bus::EventBus;
 use trellis_core::interrupt::callback::Callbacks;
 use trellis_core::nodes::NodeRegistry;
 use trellis_core::ports::IdGenerator;
@@ -20,6 +21,7 @@ use trellis_http::{ApiKey, AppState, Discovery, KeyRing, StreamSettings};
 use trellis_store_dynamodb::DynamoStore;
 use trellis_worker::{SystemClock, TaskContext};
 
+use crate::bus::EventBridgePublisher;
 use crate::effects::SqsEffects;
 use crate::notifier::PollingNotifier;
 use crate::settings::{ApiSettings, Settings};
@@ -94,10 +96,12 @@ pub fn node_registry_of(
 
 /// How the dispatcher notifies external workers: tokens signed with the key the API derives
 /// from the same `TRELLIS_CURSOR_SECRET`, POSTs through `core.http.request`'s client and address
-/// policy, their links under `TRELLIS_PUBLIC_URL` when set; `None` without the secret.
-pub fn callbacks(settings: &Settings) -> Option<Callbacks> {
+/// policy or messages on SQS queues ([`crate::callbacks`]), their links under
+/// `TRELLIS_PUBLIC_URL` when set; `None` without the secret.
+pub fn callbacks(settings: &Settings, config: &aws_config::SdkConfig) -> Option<Callbacks> {
     let secret = settings.callback_secret.as_deref()?;
-    let sender = HttpCallbackSender::new(HttpClient::system(settings.http.clone()));
+    let http = HttpCallbackSender::new(HttpClient::system(settings.http.clone()));
+    let sender = crate::callbacks::AwsCallbackSender::new(http, aws_sdk_sqs::Client::new(config));
     Some(Callbacks::new(&ApiKey::hash_of(secret)[..], Arc::new(sender)).with_public_url(settings.public_url.clone()))
 }
 
@@ -142,21 +146,38 @@ impl AwsApp {
         };
         let mut services = Services::new(ports, settings.limits)
             .with_test_seams(settings.test_seams)
-            .with_nodes(node_registry_of(
-                &settings,
-                crate::secrets::resolver(&settings.secrets, config),
-                crate::bedrock::with_backend(settings.providers(), config),
-            ))
+            .with_nodes(
+                crate::nodes::register(
+                    node_registry_of(
+                        &settings,
+                        crate::secrets::resolver(&settings.secrets, config),
+                        crate::bedrock::with_backend(settings.providers(), config),
+                    ),
+                    &crate::nodes::ServiceClients::new(config),
+                )
+                .with_queue_notifies(),
+            )
             // A child run is created in the call that committed its parent's step, and a
             // finished child advances its parent in the call that committed its end: no
             // message and no invocation of their own (the queue stays the fallback).
-            .with_inline_children(true);
-        if let Some(callbacks) = callbacks(&settings) {
+            .with_inline_children(true)
+            // Trigger queues and rules deliver to the dispatcher (crate::triggers).
+            .with_queue_triggers();
+        if let Some(callbacks) = callbacks(&settings, config) {
             services = services.with_callbacks(callbacks);
         }
         let transport = Arc::new(HttpWebhookTransport::new(HttpClient::system(settings.http.clone())));
         services =
             services.with_webhooks(Webhooks::new(transport, settings.webhook_policy, settings.webhook_set_ttl_ms));
+        if let Some(bus_name) = &settings.events.bus_name {
+            let publisher = EventBridgePublisher::new(aws_sdk_eventbridge::Client::new(config), bus_name.clone());
+            services = services.with_event_bus(EventBus {
+                publisher: Arc::new(publisher),
+                events: settings.events.lifecycle.clone(),
+                public_url: settings.public_url.as_ref().map(|url| url.url_of("")),
+                host_id: "trellis".into(),
+            });
+        }
         let services = Arc::new(services);
         Self { services, store, effects, settings, task_context: TaskContext::default() }
     }
@@ -172,7 +193,8 @@ impl AwsApp {
             keys: Arc::new(KeyRing::new(keys)),
             discovery: Arc::new(
                 Discovery::new(&self.settings.limits, &fixtures, &self.services.nodes, self.services.test_seams)
-                    .with_integration(self.services.webhooks.as_deref()),
+                    .with_integration(self.services.webhooks.as_deref())
+                    .with_services_integration(&self.services),
             ),
             cursor_key: Arc::new(ApiKey::hash_of(&api.cursor_secret)),
             streams: StreamSettings {

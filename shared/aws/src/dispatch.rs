@@ -62,6 +62,12 @@ pub async fn handle_message(app: &AwsApp, message: &SqsMessage) -> MessageOutcom
             warn!(run_id = %step.run_id, task = %step.task_id, "a webhook delivery task reached its last receive; dropping it");
             return MessageOutcome::Done(TaskResult::Ignored);
         }
+        if let Effect::PublishEvents { .. } = step.effect {
+            // A publish never fails its run either; left failed, it reaches the step DLQ,
+            // where an operator redrives it (nothing is lost).
+            warn!(run_id = %step.run_id, task = %step.task_id, "a publish to the event bus reached its last receive; leaving it for the DLQ");
+            return MessageOutcome::Failed("publishing run events kept failing".into());
+        }
         return match fail_exhausted(app, &step).await {
             Ok(()) => MessageOutcome::Exhausted,
             Err(error) => MessageOutcome::Failed(error.to_string()),
@@ -173,6 +179,17 @@ pub enum TriggerError {
     /// The scheduler tick could not read the schedules (it runs again next minute).
     #[error("the scheduler tick failed: {0}")]
     Scheduler(trellis_core::ServiceError),
+    /// A trigger event could not be taken now (Lambda retries it, then dead-letters it).
+    #[error("the trigger event was not taken: {0}")]
+    Ingest(trellis_core::ServiceError),
+}
+
+/// Whether a batch comes from a trigger queue rather than the step queue: its records name
+/// a source queue other than the step queue (a batch comes from one event-source mapping).
+fn from_trigger_queue(app: &AwsApp, event: &SqsEvent) -> bool {
+    let step_queue = app.settings.step_queue_url.rsplit('/').next().unwrap_or_default();
+    let source = event.records.first().and_then(|record| record.event_source_arn.as_deref());
+    source.is_some_and(|arn| arn.rsplit(':').next() != Some(step_queue))
 }
 
 /// The `trellis` field of the scheduler tick's event (the template's one-minute rule sends
@@ -182,12 +199,21 @@ pub const SCHEDULER_TICK: &str = "scheduler-tick";
 /// The dispatcher function's entry: an SQS batch (`Records`) is run step by step (runs
 /// concurrently, see [`handle_batch`]); a scheduled event (`detail-type: Scheduled Event`)
 /// runs the outbox reconciler (a whole-table sweep when its `detail` has `"fullScan": true`);
-/// the scheduler tick (`{"trellis": "scheduler-tick"}`) starts the due schedule occurrences.
+/// the scheduler tick (`{"trellis": "scheduler-tick"}`) starts the due schedule occurrences;
+/// a batch from a trigger queue and an EventBridge event a rule delivers start runs
+/// ([`crate::triggers`]).
 pub async fn handle_trigger(app: &AwsApp, payload: serde_json::Value) -> Result<serde_json::Value, TriggerError> {
     if payload.get("Records").is_some() {
         let event: SqsEvent = serde_json::from_value(payload).map_err(|_| TriggerError::UnknownEvent)?;
-        let response = handle_batch(app, event).await;
+        let response = if from_trigger_queue(app, &event) {
+            crate::triggers::handle_queue_batch(app, event).await
+        } else {
+            handle_batch(app, event).await
+        };
         return Ok(serde_json::to_value(response).expect("batch response serializes"));
+    }
+    if crate::triggers::is_bus_event(&payload) {
+        return crate::triggers::handle_bus_event(app, &payload).await.map_err(TriggerError::Ingest);
     }
     if payload.get("trellis").and_then(|kind| kind.as_str()) == Some(SCHEDULER_TICK) {
         let report = app.services.tick_schedules().await.map_err(TriggerError::Scheduler)?;

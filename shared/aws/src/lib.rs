@@ -16,9 +16,13 @@
 //! - [`provision`]: creating the queues outside CloudFormation (emulators);
 //! - [`secrets`]: `credentialsRef` resolved from Secrets Manager or SSM Parameter Store under
 //!   one prefix;
+//! - [`bus`]: run events published to the stack's EventBridge bus;
+//! - [`callbacks`]: external workers notified by POST or on an SQS queue;
+//! - [`nodes`]: the AWS service nodes (Lambda invoke, SQS send, EventBridge put);
 //! - [`bedrock`]: the `bedrock` model provider kind (Amazon Bedrock's Converse API);
 //! - [`local`]: the local stack (`trellis-aws-local`, the emulated suites): proxy events, the
 //!   queues' event-source mappings, the resources, the reconciler's schedule.
+//! - [`triggers`]: runs started by SQS messages and EventBridge events;
 //! - [`stage`]: links kept under the API Gateway stage the request came through.
 //!
 //! The Lambda functions in `functions/` are thin `main.rs` files over these.
@@ -26,16 +30,20 @@
 pub mod app;
 pub mod batch;
 pub mod bedrock;
+pub mod bus;
+pub mod callbacks;
 pub mod dispatch;
 pub mod effects;
 pub mod local;
 pub mod message;
+pub mod nodes;
 pub mod notifier;
 pub mod provision;
 pub mod reconcile;
 pub mod secrets;
 pub mod settings;
 pub mod stage;
+pub mod triggers;
 
 pub use app::AwsApp;
 pub use settings::{Settings, SettingsError};

@@ -85,6 +85,33 @@ pub struct Settings {
     /// webhook subscriptions before reading them again — the longest a new or deleted
     /// subscription takes to be seen by every function.
     pub webhook_set_ttl_ms: u64,
+    /// `TRELLIS_EVENT_BUS_NAME` (optional) and `TRELLIS_LIFECYCLE_EVENTS` (default `all`):
+    /// the EventBridge bus run events are published to, and which (`docs/aws-events.md`).
+    pub events: EventSettings,
+}
+
+/// Where run events are published on AWS.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EventSettings {
+    /// The bus (name or ARN); none: nothing is published.
+    pub bus_name: Option<String>,
+    /// The published lifecycle set ([`trellis_core::bus::LIFECYCLE`] names).
+    pub lifecycle: trellis_core::bus::LifecycleSet,
+}
+
+impl EventSettings {
+    /// Publishing the whole lifecycle set to `bus_name`.
+    pub fn to_bus(bus_name: &str) -> Self {
+        Self { bus_name: Some(bus_name.to_owned()), lifecycle: trellis_core::bus::LifecycleSet::all() }
+    }
+}
+
+fn event_settings(lookup: Lookup<'_>) -> Result<EventSettings, SettingsError> {
+    let name = "TRELLIS_LIFECYCLE_EVENTS";
+    let lifecycle = trellis_core::bus::LifecycleSet::parse(&lookup(name).unwrap_or_else(|| "all".into()))
+        .map_err(|reason| SettingsError::Invalid { name, reason })?;
+    let bus_name = lookup("TRELLIS_EVENT_BUS_NAME").filter(|bus| !bus.trim().is_empty());
+    Ok(EventSettings { bus_name, lifecycle })
 }
 
 /// The settings only the API function reads.
@@ -210,6 +237,7 @@ impl Settings {
                 ..trellis_core::webhook::DeliveryPolicy::default()
             },
             webhook_set_ttl_ms: number(lookup, "TRELLIS_WEBHOOK_SET_TTL_MS", 10_000u64)?,
+            events: event_settings(lookup)?,
             limits: HostLimits {
                 max_node_executions: number(lookup, "TRELLIS_MAX_NODE_EXECUTIONS", defaults.max_node_executions)?,
                 max_run_duration_ms,
