@@ -37,11 +37,17 @@ install() {
     fi
     [ -f "$(ddbl_lib)/DynamoDBLocal.jar" ] || { echo "emulators: DynamoDB Local jar not found after install" >&2; exit 1; }
     if [ ! -x "$MOTO_VENV/bin/moto_server" ]; then
-        echo "emulators: installing moto $MOTO_VERSION (SQS)"
+        echo "emulators: installing moto $MOTO_VERSION (SQS, EventBridge, Secrets Manager, SSM)"
         rm -rf "$MOTO_VENV"
         python3 -m venv "$MOTO_VENV"
         PIP_DISABLE_PIP_VERSION_CHECK=1 "$MOTO_VENV/bin/pip" install -q \
-            "moto==$MOTO_VERSION" flask flask-cors "py-partiql-parser==0.6.3"
+            "moto==$MOTO_VERSION" flask flask-cors "py-partiql-parser==0.6.3" "jsonpath-ng"
+    fi
+    # moto's EventBridge delivers to rule targets through jsonpath-ng (added after the first
+    # install: a cached venv gets it here).
+    if ! "$MOTO_VENV/bin/python" -c "import jsonpath_ng" 2>/dev/null; then
+        echo "emulators: adding jsonpath-ng to moto (EventBridge rule targets)"
+        PIP_DISABLE_PIP_VERSION_CHECK=1 "$MOTO_VENV/bin/pip" install -q "jsonpath-ng"
     fi
 }
 
@@ -74,6 +80,8 @@ run() {
     # moto also serves Secrets Manager and SSM Parameter Store (credentialsRef on AWS).
     export AWS_ENDPOINT_URL_SECRETS_MANAGER="http://127.0.0.1:$MOTO_PORT"
     export AWS_ENDPOINT_URL_SSM="http://127.0.0.1:$MOTO_PORT"
+    # ... and EventBridge (run events, vendor.trellis.aws.eventsPut; rules deliver to SQS).
+    export AWS_ENDPOINT_URL_EVENTBRIDGE="http://127.0.0.1:$MOTO_PORT"
     export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
     export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
     set +e

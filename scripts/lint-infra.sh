@@ -14,7 +14,7 @@ if [ ! -x "$SAM_VENV/bin/sam" ] || [ ! -x "$SAM_VENV/bin/cfn-lint" ]; then
     python3 -m venv "$SAM_VENV"
     "$SAM_VENV/bin/pip" install -q aws-sam-cli cfn-lint
 fi
-"$SAM_VENV/bin/cfn-lint" infra/template.yaml
+"$SAM_VENV/bin/cfn-lint" infra/template.yaml infra/examples/*.yaml
 "$SAM_VENV/bin/sam" validate -t infra/template.yaml --region us-east-1
 "$SAM_VENV/bin/sam" validate --lint -t infra/template.yaml
-echo "lint-infra: infra/template.yaml passes cfn-lint and sam validate"
+echo "lint-infra: infra/template.yaml passes cfn-lint and sam validate; infra/examples pass cfn-lint"
