@@ -6,7 +6,7 @@
 //! in `shared/activities/tests/webhook.rs`), tenant isolation, signed inbound deliveries
 //! starting one run per delivery id, the `trellis webhooks|triggers|schedules` commands, a
 //! crash between a commit and its send (the real binary,
-//! aborted at `after-commit`), and discovery. Nothing leaves 127.0.0.1.
+//! aborted at `after-commit`), discovery, and the AWS-only integration refused. Nothing leaves 127.0.0.1.
 
 mod common;
 
@@ -216,6 +216,34 @@ async fn discovery_advertises_durable_signed_webhooks_and_the_trigger_bridge() {
     assert_eq!(discovery["triggerBridge"]["ingestion"]["registrationEndpoint"], json!(true));
     assert!(discovery.get("deadLetter").is_none(), "the run-level dead-letter sink is not built");
     assert_eq!(discovery["scheduling"], json!({"supported": true, "cron": true, "delayed": true, "calendar": false}));
+    assert!(discovery.get("runEventBus").is_none() && discovery.get("awsServiceNodes").is_none(), "AWS only");
+}
+
+/// What only the AWS backend does is refused here with `422 capability_required`, naming the
+/// field, and registers nothing: the service nodes, queue triggers, a worker notified on a queue.
+#[tokio::test]
+async fn aws_only_integration_is_refused_with_capability_required() {
+    let host = start(args()).await;
+    let mut driver = HttpDriver::new(format!("http://{}", host.addr), KEY);
+    let invoke = json!({"id": "aws-invoke", "name": "aws-invoke", "nodes": [
+        {"id": "call", "typeId": "vendor.trellis.aws.lambdaInvoke", "config": {"functionName": "f"}}], "edges": []});
+    let (status, body) = driver_call(&mut driver, "POST", "/v1/workflows", Some(invoke)).await;
+    assert_eq!((status, body["error"].as_str()), (422, Some("capability_required")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("core.http.request"), "{body}");
+    let queue = "arn:aws:sqs:us-east-1:123456789012:workers";
+    let notify = trellis_testkit::callback::external_job_workflow("aws-notify", json!({"notifyUrl": queue}), 60_000);
+    let (status, body) = driver_call(&mut driver, "POST", "/v1/workflows", Some(notify)).await;
+    assert_eq!((status, body["error"].as_str()), (422, Some("capability_required")), "{body}");
+    let chain = json!({"id": "plain", "name": "plain", "nodes": [{"id": "a", "typeId": "core.noop"}], "edges": []});
+    assert_eq!(driver_call(&mut driver, "POST", "/v1/workflows", Some(chain)).await.0, 201);
+    let trigger = json!({"source": "queue", "workflowId": "plain", "queue": {"sqsQueueArn": queue}});
+    let (status, body) = driver_call(&mut driver, "POST", "/v1/trigger-subscriptions", Some(trigger)).await;
+    assert_eq!((status, body["error"].as_str()), (422, Some("capability_required")), "{body}");
+    let run = json!({"workflowId": "plain", "callbackUrl": queue});
+    let (status, body) = driver_call(&mut driver, "POST", "/v1/runs", Some(run)).await;
+    assert_eq!((status, body["details"]["field"].as_str()), (422, Some("callbackUrl")), "{body}");
+    let (_, listed) = driver_call(&mut driver, "GET", "/v1/trigger-subscriptions", None).await;
+    assert_eq!(listed["subscriptions"].as_array().map(Vec::len), Some(0), "{listed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,8 @@ pub enum Service {
     SecretsManager,
     /// SSM Parameter Store (moto).
     Ssm,
+    /// EventBridge (moto).
+    EventBridge,
 }
 
 impl Service {
@@ -36,6 +38,7 @@ impl Service {
             Self::Sqs => "AWS_ENDPOINT_URL_SQS",
             Self::SecretsManager => "AWS_ENDPOINT_URL_SECRETS_MANAGER",
             Self::Ssm => "AWS_ENDPOINT_URL_SSM",
+            Self::EventBridge => "AWS_ENDPOINT_URL_EVENTBRIDGE",
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod callback;
 pub mod campaign;
 pub mod external;
 pub mod fake_bedrock;
+pub mod fake_lambda;
 pub mod fake_model;
 pub mod host;
 pub mod http_server;

@@ -61,6 +61,16 @@ pub async fn stack_with_secrets(secrets: trellis_aws::secrets::SecretsSettings) 
 /// [`stack`] with `secrets` and the model providers `ai_providers` (`TRELLIS_AI_PROVIDERS`).
 #[allow(dead_code)] // not every suite calls models
 pub async fn stack_with(secrets: trellis_aws::secrets::SecretsSettings, ai_providers: String) -> Stack {
+    stack_tweaked(secrets, ai_providers, |_| {}).await
+}
+
+/// [`stack_with`] with its settings changed by `tweak` before the app is built.
+#[allow(dead_code)] // not every suite tweaks
+pub async fn stack_tweaked(
+    secrets: trellis_aws::secrets::SecretsSettings,
+    ai_providers: String,
+    tweak: impl FnOnce(&mut Settings),
+) -> Stack {
     let config = sdk_config().await;
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let table = format!("trellis-e2e-{suffix}");
@@ -98,7 +108,10 @@ pub async fn stack_with(secrets: trellis_aws::secrets::SecretsSettings, ai_provi
             ..Default::default()
         },
         webhook_set_ttl_ms: 10_000,
+        events: Default::default(),
     };
+    let mut settings = settings;
+    tweak(&mut settings);
     let app = AwsApp::new(settings, &config);
     let keys = json!([{"label": "e2e", "sha256": hex(&ApiKey::hash_of(KEY)), "tenant": "default", "scopes": ["*", "test:seams"]}]);
     let api = ApiSettings { api_keys: keys.to_string(), cursor_secret: "s".repeat(32), stream_max_seconds: 30 };
