@@ -8,7 +8,8 @@
 //! it only measures parallel fan-out (a forEach and a parallel dispatch of N noop children;
 //! see [`fanout`]). With `--patterns` it only measures the runs of the six agent-workflow
 //! patterns' checks (see [`patterns`]). With `--webhooks` it only measures what webhook
-//! subscriptions cost a step (see [`webhooks`]).
+//! subscriptions cost a step (see [`webhooks`]); with `--events`, what run events on a bus
+//! and queue-triggered runs cost (see [`events`]).
 //!
 //! Run it through the emulator wrapper:
 //! `unshare -n bash scripts/emulators.sh run -- ./target/release/trellis-bench-aws`
@@ -16,6 +17,7 @@
 mod cold;
 mod fanout;
 // The embedded benchmark reads timestamps from JSON (`parse_rfc3339_ms`); this one does not.
+mod events;
 #[allow(dead_code)]
 #[path = "../fanout_shapes.rs"]
 mod fanout_shapes;
@@ -71,6 +73,10 @@ struct Args {
     /// to every event), deliveries to a loopback receiver in this process.
     #[arg(long)]
     webhooks: bool,
+    /// Only measure what run events on an EventBridge bus (started+completed) and runs started
+    /// by SQS trigger messages cost, against plain runs (moto's EventBridge).
+    #[arg(long)]
+    events: bool,
     /// Only measure the six agent-workflow patterns of `examples/workflows/patterns/`: the cost
     /// of every run their checks create, against the fake model.
     #[arg(long)]
@@ -113,6 +119,7 @@ async fn main() {
         public_url: None,
         webhook_policy: Default::default(),
         webhook_set_ttl_ms: 10_000,
+        events: Default::default(),
     };
     // Runs are created and approvals resolved by the API function (its commits write outbox
     // entries), steps handled by the dispatcher, as deployed.
@@ -121,6 +128,10 @@ async fn main() {
     let apps = Apps { app: &app, api: &api };
     if args.patterns {
         patterns::figures(&settings, &config, &sqs).await;
+        return;
+    }
+    if args.events {
+        events::figures(&apps, &config, &sqs, &queue_url, args.runs, args.nodes).await;
         return;
     }
     if args.webhooks {
