@@ -242,6 +242,17 @@ async fn aws_only_integration_is_refused_with_capability_required() {
     let run = json!({"workflowId": "plain", "callbackUrl": queue});
     let (status, body) = driver_call(&mut driver, "POST", "/v1/runs", Some(run)).await;
     assert_eq!((status, body["details"]["field"].as_str()), (422, Some("callbackUrl")), "{body}");
+    // The CLI's queue options build the same registration: refused the same way.
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
+        .args(["triggers", "create", "plain", "--event-source", "com.example.shop", "--detail-type", "OrderPlaced"])
+        .env("TRELLIS_URL", format!("http://{}", host.addr))
+        .env("TRELLIS_API_KEY", KEY)
+        .env_remove("TRELLIS_CONFIG")
+        .output()
+        .await
+        .expect("trellis runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("capability_required"), "{stderr}");
     let (_, listed) = driver_call(&mut driver, "GET", "/v1/trigger-subscriptions", None).await;
     assert_eq!(listed["subscriptions"].as_array().map(Vec::len), Some(0), "{listed}");
 }

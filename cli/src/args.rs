@@ -180,16 +180,28 @@ pub enum WebhooksCommand {
 /// trellis triggers ... (docs/triggers.md)
 #[derive(Debug, Subcommand)]
 pub enum TriggersCommand {
-    /// List the key's tenant's trigger subscriptions: ID, STATE, WORKFLOW, INGEST URL.
+    /// List the key's tenant's trigger subscriptions: ID, STATE, WORKFLOW, INGEST URL (or the queue backend).
     List,
-    /// Register a signed inbound webhook that starts WORKFLOW; prints the secret (shown once).
-    #[command(after_help = "Example: trellis triggers create order-review --map amount=/webhook/body/amount")]
+    /// Register a signed inbound webhook that starts WORKFLOW (prints the secret, shown once);
+    /// on AWS, with --sqs-queue-arn or --event-source, a queue trigger instead (docs/aws-events.md).
+    #[command(after_help = "Examples:\n  trellis triggers create order-review --map amount=/webhook/body/amount\n  \
+                            trellis triggers create on-order --event-source com.example.shop --detail-type OrderPlaced \
+                            --map orderId=/queue/detail/orderId")]
     Create {
         /// The workflow a delivery starts.
         workflow: String,
         /// A run input and the JSON pointer into the TriggerEvent it is taken from (repeatable).
         #[arg(long = "map", value_name = "INPUT=/POINTER")]
         mappings: Vec<String>,
+        /// AWS: the SQS queue whose messages start runs.
+        #[arg(long, value_name = "ARN", conflicts_with = "event_source")]
+        sqs_queue_arn: Option<String>,
+        /// AWS: the EventBridge source whose events (a rule delivers to the dispatcher) start runs.
+        #[arg(long, value_name = "SOURCE")]
+        event_source: Option<String>,
+        /// AWS: only events of this detail-type (with --event-source).
+        #[arg(long, value_name = "TYPE", requires = "event_source")]
+        detail_type: Option<String>,
     },
     /// Stop taking deliveries (they are answered 409 until resumed).
     Pause {

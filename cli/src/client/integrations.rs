@@ -71,13 +71,13 @@ pub async fn triggers(api: &Api, out: Out, command: &TriggersCommand) -> Result<
                         text(sub, "subscriptionId"),
                         text(sub, "state"),
                         text(sub, "workflowId"),
-                        text(sub, "ingestUrl"),
+                        if sub.get("queue").is_some() { text(sub, "backend") } else { text(sub, "ingestUrl") },
                     ]
                 })
                 .collect();
-            show_list(out, &list, &["ID", "STATE", "WORKFLOW", "INGEST URL"], rows);
+            show_list(out, &list, &["ID", "STATE", "WORKFLOW", "INGEST URL / QUEUE"], rows);
         }
-        TriggersCommand::Create { workflow, mappings } => {
+        TriggersCommand::Create { workflow, mappings, sqs_queue_arn, event_source, detail_type } => {
             let mut mapping = Map::new();
             for pair in mappings {
                 let (input, pointer) = pair
@@ -85,9 +85,30 @@ pub async fn triggers(api: &Api, out: Out, command: &TriggersCommand) -> Result<
                     .ok_or_else(|| ClientError::Input(format!("--map `{pair}` is not INPUT=/POINTER")))?;
                 mapping.insert(input.to_owned(), json!(pointer));
             }
-            let body = json!({ "source": "webhook", "workflowId": workflow, "inputMapping": mapping });
+            let queue = match (sqs_queue_arn, event_source) {
+                (Some(arn), _) => Some(json!({ "sqsQueueArn": arn })),
+                (None, Some(source)) => Some(json!({ "eventSource": source, "detailType": detail_type })),
+                (None, None) => None,
+            };
+            let body = match queue {
+                Some(queue) => {
+                    json!({ "source": "queue", "workflowId": workflow, "inputMapping": mapping, "queue": queue })
+                }
+                None => json!({ "source": "webhook", "workflowId": workflow, "inputMapping": mapping }),
+            };
             let created = api.post("/v1/trigger-subscriptions", &body).await?;
-            show_secret(out, &created, "subscriptionId");
+            if created.get("secret").is_some() {
+                show_secret(out, &created, "subscriptionId");
+            } else if out.json() {
+                print_json(&created);
+            } else {
+                print_fields(vec![
+                    ("subscriptionId", text(&created, "subscriptionId")),
+                    ("backend", text(&created, "backend")),
+                    ("workflowId", text(&created, "workflowId")),
+                    ("state", text(&created, "state")),
+                ]);
+            }
         }
         TriggersCommand::Pause { id } | TriggersCommand::Resume { id } => {
             let verb = if matches!(command, TriggersCommand::Pause { .. }) { "pause" } else { "resume" };

@@ -186,8 +186,8 @@ pub enum TriggerError {
 
 /// Whether a batch comes from a trigger queue rather than the step queue: its records name
 /// a source queue other than the step queue (a batch comes from one event-source mapping).
-fn from_trigger_queue(app: &AwsApp, event: &SqsEvent) -> bool {
-    let step_queue = app.settings.step_queue_url.rsplit('/').next().unwrap_or_default();
+fn from_trigger_queue(step_queue_url: &str, event: &SqsEvent) -> bool {
+    let step_queue = step_queue_url.rsplit('/').next().unwrap_or_default();
     let source = event.records.first().and_then(|record| record.event_source_arn.as_deref());
     source.is_some_and(|arn| arn.rsplit(':').next() != Some(step_queue))
 }
@@ -205,7 +205,7 @@ pub const SCHEDULER_TICK: &str = "scheduler-tick";
 pub async fn handle_trigger(app: &AwsApp, payload: serde_json::Value) -> Result<serde_json::Value, TriggerError> {
     if payload.get("Records").is_some() {
         let event: SqsEvent = serde_json::from_value(payload).map_err(|_| TriggerError::UnknownEvent)?;
-        let response = if from_trigger_queue(app, &event) {
+        let response = if from_trigger_queue(&app.settings.step_queue_url, &event) {
             crate::triggers::handle_queue_batch(app, event).await
         } else {
             handle_batch(app, event).await
@@ -331,6 +331,27 @@ mod tests {
         assert_eq!(failed, ["p1", "n1", "q1"], "nothing after the failure is handled");
         assert_eq!(recorder.started(), ["p1"]);
         assert_eq!(recorder.max_in_flight(), 1);
+    }
+
+    #[test]
+    fn a_batch_from_another_queue_than_the_step_queue_is_a_trigger_batch() {
+        let step_url = "https://sqs.us-east-1.amazonaws.com/123456789012/trellis-StepQueue-abc";
+        let batch = |arn: Option<&str>| {
+            let mut record = message("m", "run-1", None);
+            record.event_source_arn = arn.map(str::to_owned);
+            let mut event = SqsEvent::default();
+            event.records.push(record);
+            event
+        };
+        assert!(!from_trigger_queue(
+            step_url,
+            &batch(Some("arn:aws:sqs:us-east-1:123456789012:trellis-StepQueue-abc"))
+        ));
+        assert!(from_trigger_queue(
+            step_url,
+            &batch(Some("arn:aws:sqs:us-east-1:123456789012:trellis-TriggerQueue-def"))
+        ));
+        assert!(!from_trigger_queue(step_url, &batch(None)), "no source named (a local pump): the step queue");
     }
 
     #[test]

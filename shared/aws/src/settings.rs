@@ -317,6 +317,29 @@ mod tests {
     }
 
     #[test]
+    fn the_event_bus_settings_are_read_and_checked() {
+        let base =
+            [("TRELLIS_TABLE_NAME", "t"), ("TRELLIS_STEP_QUEUE_URL", "q"), ("TRELLIS_COMPLETION_QUEUE_URL", "c")];
+        let none = Settings::from_lookup(&lookup(&base)).unwrap();
+        assert_eq!(none.events.bus_name, None, "no bus: nothing is published");
+        assert_eq!(none.events.lifecycle, trellis_core::bus::LifecycleSet::all());
+        let mut pairs = base.to_vec();
+        pairs.extend([
+            ("TRELLIS_EVENT_BUS_NAME", "trellis-runs"),
+            ("TRELLIS_LIFECYCLE_EVENTS", "completed,node-failed"),
+        ]);
+        let some = Settings::from_lookup(&lookup(&pairs)).unwrap();
+        assert_eq!(some.events.bus_name.as_deref(), Some("trellis-runs"));
+        assert_eq!(some.events.lifecycle.event_types(), ["node.failed", "run.completed"]);
+        pairs.push(("TRELLIS_LIFECYCLE_EVENTS", "finished"));
+        let refused = Settings::from_lookup(&lookup(&pairs));
+        assert!(
+            matches!(&refused, Err(SettingsError::Invalid { name: "TRELLIS_LIFECYCLE_EVENTS", reason }) if reason.contains("finished")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
     fn missing_and_invalid_settings_are_named() {
         assert_eq!(Settings::from_lookup(&lookup(&[])), Err(SettingsError::Missing("TRELLIS_TABLE_NAME")));
         let bad =
