@@ -90,7 +90,7 @@ impl Services {
         };
         let id = subscription.subscription_id.clone();
         if let Some(binding) = &subscription.queue {
-            self.claim_binding(&binding.key(), &id).await?;
+            self.claim_binding(&binding.key(), &id, &subscription.tenant_id).await?;
         }
         self.store.put_record(SUBSCRIPTION_KIND, ALL, &id, &subscription.to_value(), None, Expect::Absent, now).await?;
         tracing::info!(subscription_id = %id, tenant = %subscription.tenant_id, "trigger subscription registered");
@@ -236,7 +236,7 @@ impl Services {
     /// Binds `key` (a queue or an event source) to `subscription_id`: refused with `409
     /// binding_taken` while another subscription holds it; a binding whose subscription is
     /// gone (a registration that died half-way) is taken over.
-    async fn claim_binding(&self, key: &str, subscription_id: &str) -> Result<(), ServiceError> {
+    async fn claim_binding(&self, key: &str, subscription_id: &str, tenant: &str) -> Result<(), ServiceError> {
         let now = self.clock.now();
         let value = json!({ "subscriptionId": subscription_id });
         for _ in 0..4 {
@@ -244,13 +244,17 @@ impl Services {
                 None => Expect::Absent,
                 Some(record) => {
                     let holder = record.value["subscriptionId"].as_str().unwrap_or_default().to_owned();
-                    if self.stored_trigger(&holder).await?.is_some() {
+                    if let Some((_, held)) = self.stored_trigger(&holder).await? {
+                        // Another tenant's subscription is not named.
+                        let mut details = json!({ "field": "queue" });
+                        if held.tenant_id == tenant {
+                            details["subscriptionId"] = json!(holder);
+                        }
                         return Err(ServiceError::Conflict {
                             code: "binding_taken",
-                            message: format!(
-                                "another trigger subscription ({holder}) already listens to this queue or event source"
-                            ),
-                            details: json!({ "subscriptionId": holder, "field": "queue" }),
+                            message: "another trigger subscription already listens to this queue or event source"
+                                .into(),
+                            details,
                         });
                     }
                     Expect::Version(record.version)
