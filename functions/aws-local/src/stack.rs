@@ -1,7 +1,7 @@
 //! Starting and stopping the local stack: the endpoint check, the functions' settings from
-//! the options and the environment, the table and queues, the `api` function's app behind
-//! the HTTP server, the dispatcher's app behind the queue mappings and the reconciler's
-//! timer; SIGINT or SIGTERM stops it all.
+//! the options and the environment, the table and queues (the trigger queue too) and the
+//! run-event bus, the `api` function's app behind the HTTP server, the dispatcher's app
+//! behind the queue mappings and the reconciler's timer; SIGINT or SIGTERM stops it all.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
-use trellis_aws::local::pump::{run_mapping, QueueKind};
+use trellis_aws::local::pump::{run_mapping, run_trigger_mapping, QueueKind};
 use trellis_aws::local::resources;
 use trellis_aws::local::schedule::{run_reconciler, run_scheduler, RECONCILE_EVERY, SCHEDULER_EVERY};
 use trellis_aws::settings::ApiSettings;
@@ -76,6 +76,13 @@ fn real_services(lookup: &dyn Fn(&str) -> Option<String>) -> Vec<&'static str> {
         .filter(|(_, specific)| !global && !set(specific))
         .map(|(service, _)| service)
         .collect()
+}
+
+/// Whether the stack may create its run-event bus: EventBridge's endpoint is overridden (an
+/// emulator), or real AWS is allowed.
+fn eventbridge_reachable(lookup: &dyn Fn(&str) -> Option<String>, allow_real_aws: bool) -> bool {
+    let set = |name: &str| lookup(name).is_some_and(|value| !value.trim().is_empty());
+    allow_real_aws || set("AWS_ENDPOINT_URL") || set("AWS_ENDPOINT_URL_EVENTBRIDGE")
 }
 
 /// The functions' `TRELLIS_PUBLIC_URL` when the environment (`set`) gives none: the stack's
@@ -156,6 +163,18 @@ async fn start(args: &Args) -> Result<Running, StartError> {
     let made = resources::ensure(&config, &args.name, checked.max_receive_count, visibility).await?;
     overlay.insert("TRELLIS_STEP_QUEUE_URL", made.queues.step.clone());
     overlay.insert("TRELLIS_COMPLETION_QUEUE_URL", made.queues.completion.clone());
+    // Run events go to the stack's own bus where EventBridge is reachable (an emulator's
+    // endpoint, or real AWS when allowed), unless the environment names one.
+    let bus = match std::env::var("TRELLIS_EVENT_BUS_NAME").ok().filter(|bus| !bus.trim().is_empty()) {
+        Some(named) => Some(named),
+        None if eventbridge_reachable(&|name| std::env::var(name).ok(), args.allow_real_aws) => {
+            Some(resources::ensure_bus(&config, &args.name).await?)
+        }
+        None => None,
+    };
+    if let Some(bus) = &bus {
+        overlay.insert("TRELLIS_EVENT_BUS_NAME", bus.clone());
+    }
     let (settings, api) = settings_with(&overlay)?;
 
     let api_app = AwsApp::new_api(settings.clone(), &config);
@@ -179,18 +198,28 @@ async fn start(args: &Args) -> Result<Running, StartError> {
     }
     workers.spawn(run_mapping(
         worker_app.clone(),
-        sqs,
+        sqs.clone(),
         made.queues.completion.clone(),
         QueueKind::Completions,
         stopped.clone(),
     ));
+    let (trigger_url, trigger_arn) = made.triggers.clone();
+    workers.spawn(run_trigger_mapping(worker_app.clone(), sqs, trigger_url, trigger_arn, stopped.clone()));
     workers.spawn(run_scheduler(worker_app.clone(), SCHEDULER_EVERY, stopped.clone()));
     workers.spawn(run_reconciler(worker_app, RECONCILE_EVERY, stopped.clone()));
     let gateway = Arc::new(Gateway { router, stage: args.stage.clone() });
     let server = tokio::spawn(serve(listener, gateway, stopped));
 
-    info!(table = %made.table, steps = %made.queues.step, completions = %made.queues.completion, "resources ready");
+    info!(
+        table = %made.table,
+        steps = %made.queues.step,
+        completions = %made.queues.completion,
+        triggers = %made.triggers.1,
+        bus = bus.as_deref().unwrap_or("none"),
+        "resources ready"
+    );
     println!("trellis-aws-local listening on http://{addr}/{}", args.stage);
+    println!("trigger queue (bind it with trellis triggers create --sqs-queue-arn): {}", made.triggers.1);
     if let Some(key) = &keys.dev_key {
         println!("development API key (Authorization: Bearer …): {key}");
     }
@@ -248,6 +277,15 @@ mod tests {
         assert!(real_services(&env(&[("AWS_ENDPOINT_URL", "http://localhost:4566")])).is_empty());
         let both = env(&[("AWS_ENDPOINT_URL_DYNAMODB", "http://a"), ("AWS_ENDPOINT_URL_SQS", "http://b")]);
         assert!(real_services(&both).is_empty());
+    }
+
+    #[test]
+    fn the_bus_is_created_only_where_eventbridge_is_overridden_or_real_aws_allowed() {
+        let none = |_: &str| None;
+        assert!(!eventbridge_reachable(&none, false));
+        assert!(eventbridge_reachable(&none, true));
+        let moto = |name: &str| (name == "AWS_ENDPOINT_URL_EVENTBRIDGE").then(|| "http://127.0.0.1:5000".to_owned());
+        assert!(eventbridge_reachable(&moto, false));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Creating the queues outside CloudFormation (emulators, local tries): the same shape as
 //! `infra/template.yaml` — a standard step queue and a FIFO completion queue, each with a
-//! dead-letter queue after `max_receive_count` deliveries.
+//! dead-letter queue after `max_receive_count` deliveries, and the trigger queue (with its
+//! dead-letter queue) whose messages start runs.
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::json;
@@ -70,4 +71,33 @@ pub async fn create_queues(
     )
     .await?;
     Ok(Queues { step, step_dlq, completion, completion_dlq })
+}
+
+/// The ARN of the queue at `queue_url`.
+pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Result<String, String> {
+    sqs.get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .ok_or_else(|| "the queue has no ARN".to_owned())
+}
+
+/// Creates the trigger queue `{prefix}-triggers` and its dead-letter queue
+/// `{prefix}-triggers-dlq` (SQS answers an existing queue of the same attributes with its URL);
+/// returns the trigger queue's URL and ARN.
+pub async fn create_trigger_queue(
+    sqs: &aws_sdk_sqs::Client,
+    prefix: &str,
+    max_receive_count: u32,
+    visibility_seconds: u32,
+) -> Result<(String, String), String> {
+    let dlq = queue(sqs, format!("{prefix}-triggers-dlq"), false, None, 30).await?;
+    let url =
+        queue(sqs, format!("{prefix}-triggers"), false, Some((&dlq, max_receive_count)), visibility_seconds).await?;
+    let arn = queue_arn(sqs, &url).await?;
+    Ok((url, arn))
 }

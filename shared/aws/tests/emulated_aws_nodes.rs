@@ -281,3 +281,46 @@ async fn sqs_and_eventbridge_deliveries_start_one_run_per_id() {
         .unwrap();
     assert_eq!(answer["batchItemFailures"][0]["itemIdentifier"], "m-4", "{answer}");
 }
+
+/// The local stack's mapping of a trigger queue: a message sent to a real (moto) queue reaches
+/// the dispatcher's trigger handler with the queue's ARN as its source, and starts one run.
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn a_message_on_a_mapped_trigger_queue_starts_a_run() {
+    require_emulators();
+    let stack = support::stack().await;
+    let prefix = format!("local-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let (url, arn) = trellis_aws::provision::create_trigger_queue(&stack.sqs, &prefix, 3, 30).await.expect("queue");
+    register(
+        &stack,
+        json!({"id": "on-message", "name": "on-message", "nodes": [{"id": "a", "typeId": "core.noop"}],
+        "edges": [], "variables": [{"name": "n", "type": "number", "required": true}]}),
+    )
+    .await;
+    let body = json!({"source": "queue", "workflowId": "on-message", "queue": {"sqsQueueArn": arn}, "inputMapping": {"n": "/queue/body/n"}});
+    let (status, created) = stack.api("POST", "/v1/trigger-subscriptions", Some(body)).await;
+    assert_eq!(status, 201, "{created}");
+    let subscription = created["subscriptionId"].as_str().unwrap().to_owned();
+    stack.sqs.send_message().queue_url(&url).message_body(r#"{"n": 42}"#).send().await.expect("send");
+
+    let config = trellis_aws::app::sdk_config().await;
+    let app = std::sync::Arc::new(trellis_aws::AwsApp::new(stack.app.settings.clone(), &config));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mapping =
+        tokio::spawn(trellis_aws::local::pump::run_trigger_mapping(app, stack.sqs.clone(), url.clone(), arn, stopped));
+    let deadline = std::time::Instant::now() + SPEC_DEADLINE;
+    let runs = loop {
+        let runs = runs_of(&stack, &subscription).await;
+        if !runs.is_empty() || std::time::Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    stop.send(true).unwrap();
+    mapping.await.unwrap();
+    assert_eq!(runs.len(), 1, "one run for the message");
+    let started = stack.events(&runs[0]).await.into_iter().find(|event| event["type"] == "run.started").unwrap();
+    assert_eq!(started["payload"]["inputs"]["n"], 42, "{started}");
+    let left = trellis_aws::local::pump::receive(&stack.sqs, &url, 10, 0).await.expect("receive");
+    assert!(left.is_empty(), "the message was deleted after it started the run");
+}

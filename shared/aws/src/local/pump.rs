@@ -322,6 +322,29 @@ pub async fn run_mapping(
     run_rounds(&queue, handler, shutdown).await;
 }
 
+/// Plays the mapping of a trigger queue (`queue_arn` at `queue_url`) until `shutdown` turns
+/// true: each batch's records name the queue as their source, as Lambda's do, and go to
+/// [`crate::triggers::handle_queue_batch`].
+pub async fn run_trigger_mapping(
+    app: Arc<AwsApp>,
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    queue_arn: String,
+    shutdown: watch::Receiver<bool>,
+) {
+    let queue = SqsQueue { sqs, url: queue_url };
+    let handler = move |mut event: SqsEvent| {
+        let (app, arn) = (app.clone(), queue_arn.clone());
+        async move {
+            for record in &mut event.records {
+                record.event_source_arn = Some(arn.clone());
+            }
+            crate::triggers::handle_queue_batch(&app, event).await
+        }
+    };
+    run_rounds(&queue, handler, shutdown).await;
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;

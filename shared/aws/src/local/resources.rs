@@ -1,7 +1,9 @@
-//! The local stack's resources under one name: the table `{name}` and the queues of
+//! The local stack's resources under one name: the table `{name}`, the queues of
 //! [`crate::provision::create_queues`] (`{name}-steps`, `{name}-steps-dlq`,
-//! `{name}-completions.fifo`, `{name}-completions-dlq.fifo`). Created when missing, reused
-//! when they exist, so a restart on the same name finds its runs.
+//! `{name}-completions.fifo`, `{name}-completions-dlq.fifo`), the trigger queue
+//! (`{name}-triggers`, `{name}-triggers-dlq`) and, where EventBridge is reachable, the
+//! run-event bus `{name}-runs`. Created when missing, reused when they exist, so a restart on
+//! the same name finds its runs.
 
 use aws_sdk_sqs::operation::get_queue_url::GetQueueUrlError;
 
@@ -27,6 +29,14 @@ pub enum ResourcesError {
         /// The cause.
         message: String,
     },
+    /// EventBridge refused or could not be reached.
+    #[error("cannot create or reuse the event bus `{bus}`: {message}")]
+    Bus {
+        /// The bus.
+        bus: String,
+        /// The cause.
+        message: String,
+    },
     /// SQS refused or could not be reached.
     #[error("cannot create or reuse the queues `{prefix}-…`: {message}")]
     Queues {
@@ -44,6 +54,8 @@ pub struct Resources {
     pub table: String,
     /// The queue URLs.
     pub queues: Queues,
+    /// The trigger queue's URL and ARN.
+    pub triggers: (String, String),
 }
 
 /// Checks that `name` can name the table and the queues.
@@ -99,7 +111,27 @@ pub async fn ensure(
         Some(queues) => queues,
         None => create_queues(&sqs, name, max_receive_count, visibility_seconds).await.map_err(queue_error)?,
     };
-    Ok(Resources { table: name.to_owned(), queues })
+    let triggers = match existing_queue(&sqs, &format!("{name}-triggers")).await.map_err(queue_error)? {
+        Some(url) => {
+            let arn = crate::provision::queue_arn(&sqs, &url).await.map_err(queue_error)?;
+            (url, arn)
+        }
+        None => crate::provision::create_trigger_queue(&sqs, name, max_receive_count, visibility_seconds)
+            .await
+            .map_err(queue_error)?,
+    };
+    Ok(Resources { table: name.to_owned(), queues, triggers })
+}
+
+/// Creates the run-event bus `{name}-runs` unless it exists; returns its name.
+pub async fn ensure_bus(config: &aws_config::SdkConfig, name: &str) -> Result<String, ResourcesError> {
+    let bus = format!("{name}-runs");
+    let events = aws_sdk_eventbridge::Client::new(config);
+    match events.create_event_bus().name(&bus).send().await {
+        Ok(_) => Ok(bus),
+        Err(error) if error.as_service_error().is_some_and(|e| e.is_resource_already_exists_exception()) => Ok(bus),
+        Err(error) => Err(ResourcesError::Bus { bus, message: format!("{error:?}") }),
+    }
 }
 
 #[cfg(test)]
