@@ -1,5 +1,6 @@
 //! End to end against a real listener: the embedded host in this process, a real HTTP
-//! client. Spec deadlines (5 s to complete, 5 s to cancel) are checked as bounded waits.
+//! client. Spec deadlines (5 s to complete, 5 s to cancel) are checked as bounded waits; the
+//! diff of two runs.
 
 mod common;
 
@@ -9,6 +10,29 @@ use common::{assert_log_well_formed, serve_args, start, types, write_keys_file, 
 use serde_json::{json, Value};
 
 const SPEC_DEADLINE: Duration = Duration::from_secs(5);
+
+/// `GET /v1/runs/{runId}:diff?against=` (replay §6.5): the testkit's scenario, which the
+/// emulated AWS suite plays too.
+#[tokio::test]
+async fn two_runs_are_diffed_by_event_and_by_state() {
+    let host = start(serve_args(None)).await;
+    let mut driver = trellis_testkit::HttpDriver::new(format!("http://{}", host.addr), KEY);
+    let (one, two) = trellis_testkit::replay::diff_scenario(&mut driver).await;
+    // `trellis runs diff` shows the same for people.
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
+        .args(["runs", "diff", &one, &two])
+        .env("TRELLIS_URL", format!("http://{}", host.addr))
+        .env("TRELLIS_API_KEY", KEY)
+        .env_remove("TRELLIS_CONFIG")
+        .output()
+        .await
+        .expect("trellis runs");
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{shown}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(shown.contains("part at event 0") && shown.contains("run.started"), "{shown}");
+    assert!(shown.contains("variables differ: x"), "{shown}");
+    host.stop().await;
+}
 
 #[tokio::test]
 async fn noop_completes_within_five_seconds() {

@@ -322,6 +322,14 @@ pub enum RunsCommand {
         #[arg(long, value_name = "SEQ")]
         after: Option<u64>,
     },
+    /// Compare two runs: where they part (SEQ OP A-TYPE B-TYPE per differing event) and which
+    /// variables differ (names only).
+    Diff {
+        /// The first run.
+        run_id: String,
+        /// The run to compare it with.
+        against: String,
+    },
     /// Watch a run live until it ends; the exit code follows its final status.
     #[command(after_help = WATCH_AFTER_HELP)]
     Watch {

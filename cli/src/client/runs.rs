@@ -36,6 +36,16 @@ pub async fn run(api: &Api, out: Out, command: &RunsCommand) -> Result<Exit, Cli
             super::events::run_events(api, out, run_id, *follow, *after).await.map(|()| Exit::Success)
         }
         RunsCommand::Watch { run_id } => super::watch::watch(api, out, run_id).await,
+        RunsCommand::Diff { run_id, against } => {
+            let path = format!("/v1/runs/{}:diff?against={}", encode(run_id), encode(against));
+            let diff = api.get(&path).await?;
+            if out.json() {
+                print_json(&diff);
+            } else {
+                print_diff(&diff);
+            }
+            Ok(Exit::Success)
+        }
         RunsCommand::Cancel { run_id, reason } => {
             let body = reason_body(reason.as_deref());
             control(api, out, &format!("/v1/runs/{run_id}/cancel"), body, "cancel requested").await
@@ -391,5 +401,33 @@ mod tests {
         );
         assert_eq!(status_after(&event("run.cancelled", json!({}))), Some("cancelled"));
         assert_eq!(status_after(&event("node.completed", json!({}))), None);
+    }
+}
+
+/// A diff for people: where the runs part, then one row per differing event.
+fn print_diff(diff: &Value) {
+    match diff["divergedAtSeq"].as_u64() {
+        None => say!("{} and {} do not differ", text(diff, "a"), text(diff, "b")),
+        Some(seq) => say!("{} and {} part at event {seq}", text(diff, "a"), text(diff, "b")),
+    }
+    let kind = |event: &Value| event["type"].as_str().unwrap_or("-").to_owned();
+    let rows: Vec<Vec<String>> = diff["eventDiffs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|row| vec![row["seq"].to_string(), text(row, "op"), kind(&row["aEvent"]), kind(&row["bEvent"])])
+        .collect();
+    if !rows.is_empty() {
+        print_table(&["SEQ", "OP", "A", "B"], rows);
+    }
+    for (field, label) in [("added", "only in b"), ("removed", "only in a"), ("changed", "differ")] {
+        let names: Vec<&str> =
+            diff["stateDiff"]["variables"][field].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        if !names.is_empty() {
+            say!("variables {label}: {}", names.join(", "));
+        }
+    }
+    if diff["truncated"] == true {
+        say!("(more differences than shown)");
     }
 }

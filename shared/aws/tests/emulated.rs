@@ -356,3 +356,16 @@ async fn the_dispatcher_entry_routes_batches_schedules_and_refuses_the_rest() {
     assert_eq!(empty_batch, json!({"batchItemFailures": []}));
     assert!(trellis_aws::dispatch::handle_trigger(&aws.app, json!({"hello": 1})).await.is_err());
 }
+
+/// The diff of two runs (`GET /v1/runs/{runId}:diff?against=`) answers the same on the
+/// emulated stack and on the embedded host.
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn the_diff_of_two_runs_is_the_same_on_both_backends() {
+    require_emulators();
+    let mut aws = stack().await;
+    trellis_testkit::replay::diff_scenario(&mut AwsDriver(&mut aws)).await;
+    let (host, client) = embedded_host(false, &[]).await;
+    trellis_testkit::replay::diff_scenario(&mut trellis_testkit::HttpDriver::new(&client.base, KEY)).await;
+    host.stop().await;
+}

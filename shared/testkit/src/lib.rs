@@ -18,6 +18,7 @@ pub mod http_server;
 pub mod net;
 pub mod patterns;
 pub mod process;
+pub mod replay;
 pub mod script;
 pub mod supervisor_model;
 pub mod webhooks;

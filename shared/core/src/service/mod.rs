@@ -6,6 +6,7 @@ mod children;
 mod commit;
 mod control;
 mod create;
+mod diff;
 mod idempotency;
 mod inline;
 mod schedules;
@@ -33,6 +34,7 @@ pub use children::{ChildStart, MAX_CHILD_DEPTH};
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) use create::new_run;
 pub use create::{CreateOutcome, IdempotencyKey};
+pub use diff::{MAX_EVENTS as MAX_DIFF_EVENTS, MAX_EVENT_DIFFS};
 pub use idempotency::Begin;
 pub use schedules::TickReport;
 pub use seam_dispatch::{logical_invocation_id, PerItemRequest, CLAIM_ENDPOINT};

@@ -1,9 +1,12 @@
 //! Runs: create (`POST /v1/runs`), read (`GET /v1/runs/{runId}`), cancel
 //! (`POST /v1/runs/{runId}/cancel`, also spelled `POST /v1/runs/{runId}:cancel`), bulk
-//! cancel, and operator pause and resume (`:pause`, `:resume`).
+//! cancel, operator pause and resume (`:pause`, `:resume`), and the diff of two runs
+//! (`GET /v1/runs/{runId}:diff?against=`).
+
+use std::collections::HashMap;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
@@ -87,14 +90,23 @@ fn created_body(run: &RunState) -> Value {
     })
 }
 
-/// `GET /v1/runs/{runId}`.
+/// `GET /v1/runs/{runId}`, and `GET /v1/runs/{runId}:diff?against=<runId>` (see
+/// [`trellis_core::service::Services::diff_runs`]).
 pub(crate) async fn snapshot(
     caller: Caller,
     State(state): State<AppState>,
     base: BasePath,
     Path(run_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
+    if let Some(a) = run_id.strip_suffix(":diff") {
+        let Some(b) = query.get("against").filter(|b| !b.is_empty()) else {
+            return Err(ApiError::validation("`against` (the run to compare with) is required")
+                .with_details(json!({ "field": "against" })));
+        };
+        return Ok(Json(state.services.diff_runs(caller.tenant(), a, b).await?));
+    }
     let run = state.services.get_run_summary(caller.tenant(), &run_id).await?;
     Ok(Json(run_document(Wire::V1, &state, &base, &run)))
 }
