@@ -326,6 +326,34 @@ async fn last_sequence(api: &Api, run_id: &str) -> Result<Option<u64>, ClientErr
     }
 }
 
+/// A diff for people: where the runs part, then one row per differing event.
+fn print_diff(diff: &Value) {
+    match diff["divergedAtSeq"].as_u64() {
+        None => say!("{} and {} do not differ", text(diff, "a"), text(diff, "b")),
+        Some(seq) => say!("{} and {} part at event {seq}", text(diff, "a"), text(diff, "b")),
+    }
+    let kind = |event: &Value| event["type"].as_str().unwrap_or("-").to_owned();
+    let rows: Vec<Vec<String>> = diff["eventDiffs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|row| vec![row["seq"].to_string(), text(row, "op"), kind(&row["aEvent"]), kind(&row["bEvent"])])
+        .collect();
+    if !rows.is_empty() {
+        print_table(&["SEQ", "OP", "A", "B"], rows);
+    }
+    for (field, label) in [("added", "only in b"), ("removed", "only in a"), ("changed", "differ")] {
+        let names: Vec<&str> =
+            diff["stateDiff"]["variables"][field].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        if !names.is_empty() {
+            say!("variables {label}: {}", names.join(", "));
+        }
+    }
+    if diff["truncated"] == true {
+        say!("(more differences than shown)");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -401,33 +429,5 @@ mod tests {
         );
         assert_eq!(status_after(&event("run.cancelled", json!({}))), Some("cancelled"));
         assert_eq!(status_after(&event("node.completed", json!({}))), None);
-    }
-}
-
-/// A diff for people: where the runs part, then one row per differing event.
-fn print_diff(diff: &Value) {
-    match diff["divergedAtSeq"].as_u64() {
-        None => say!("{} and {} do not differ", text(diff, "a"), text(diff, "b")),
-        Some(seq) => say!("{} and {} part at event {seq}", text(diff, "a"), text(diff, "b")),
-    }
-    let kind = |event: &Value| event["type"].as_str().unwrap_or("-").to_owned();
-    let rows: Vec<Vec<String>> = diff["eventDiffs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|row| vec![row["seq"].to_string(), text(row, "op"), kind(&row["aEvent"]), kind(&row["bEvent"])])
-        .collect();
-    if !rows.is_empty() {
-        print_table(&["SEQ", "OP", "A", "B"], rows);
-    }
-    for (field, label) in [("added", "only in b"), ("removed", "only in a"), ("changed", "differ")] {
-        let names: Vec<&str> =
-            diff["stateDiff"]["variables"][field].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        if !names.is_empty() {
-            say!("variables {label}: {}", names.join(", "));
-        }
-    }
-    if diff["truncated"] == true {
-        say!("(more differences than shown)");
     }
 }
