@@ -21,15 +21,7 @@ async fn register(stack: &Stack, definition: Value) {
 
 async fn queue(stack: &Stack, name: &str) -> (String, String) {
     let url = stack.sqs.create_queue().queue_name(name).send().await.expect("queue").queue_url().unwrap().to_owned();
-    let attributes = stack
-        .sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("attributes");
-    let arn = attributes.attributes().unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn].clone();
+    let arn = trellis_aws::provision::queue_arn(&stack.sqs, &url).await.expect("queue arn");
     (url, arn)
 }
 

@@ -7,18 +7,14 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use serde_json::{json, Value};
 use support::{require_emulators, stack_tweaked, Stack, SPEC_DEADLINE};
 use trellis_aws::settings::EventSettings;
 use trellis_core::bus::LifecycleSet;
-use trellis_core::engine::Effect;
-use trellis_core::ports::{EffectSink, RunStore};
-use trellis_core::service::{CreateOutcome, Ports, Services};
-use trellis_core::StoreError;
+use trellis_core::ports::RunStore;
+use trellis_core::service::CreateOutcome;
 
 /// A bus with a rule sending every `trellis` event to a queue, read by the test.
 struct BusProbe {
@@ -67,15 +63,7 @@ async fn probe_queue(stack: &Stack, name: &str) -> String {
 }
 
 async fn queue_arn(stack: &Stack, queue_url: &str) -> String {
-    let attributes = stack
-        .sqs
-        .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("attributes");
-    attributes.attributes().unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn].clone()
+    trellis_aws::provision::queue_arn(&stack.sqs, queue_url).await.expect("queue arn")
 }
 
 async fn drain(stack: &Stack, queue_url: &str) -> Vec<Value> {
@@ -203,7 +191,8 @@ async fn a_crash_between_commit_and_publish_loses_no_event_and_ids_stay_stable()
     // The API's commit of run.started "dies" before its effects are sent: nothing published.
     let config = trellis_aws::app::sdk_config().await;
     let api = trellis_aws::AwsApp::new_api(stack.app.settings.clone(), &config);
-    let dying = dying_services(&api);
+    let bus = api.services.event_bus.as_deref().expect("the stack publishes").clone();
+    let dying = support::dying::dying_services(&api, 0).with_event_bus(bus);
     let principal = trellis_core::run::Principal {
         tenant: "default".into(),
         subject: "e2e".into(),
@@ -346,37 +335,5 @@ async fn pump_until_status(stack: &mut Stack, run_id: &str, status: &str) {
         if stack.pump_once(false).await {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
-}
-
-/// A sink that commits, sends nothing and "dies" (as emulated_outbox's).
-struct Dead;
-
-#[async_trait]
-impl EffectSink for Dead {
-    async fn send(&self, _run_id: &str, _effects: &[Effect]) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("the process died".into()))
-    }
-}
-
-fn dying_services(app: &trellis_aws::AwsApp) -> Services {
-    let ports = Ports {
-        store: app.store.clone(),
-        effects: Arc::new(Dead),
-        clock: Arc::new(trellis_worker::SystemClock),
-        ids: Arc::new(Ids),
-        notifier: Arc::new(trellis_aws::notifier::PollingNotifier),
-    };
-    let bus = app.services.event_bus.as_deref().expect("the stack publishes").clone();
-    Services::new(ports, app.settings.limits)
-        .with_nodes(trellis_aws::app::node_registry(&app.settings))
-        .with_event_bus(bus)
-}
-
-struct Ids;
-
-impl trellis_core::ports::IdGenerator for Ids {
-    fn run_id(&self) -> String {
-        format!("run-{}", uuid::Uuid::new_v4())
     }
 }

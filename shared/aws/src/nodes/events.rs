@@ -60,16 +60,7 @@ fn refuse(message: String, path: &str) -> RunError {
 
 /// The failure of an entry EventBridge refused with `code`.
 pub fn entry_refused(code: &str, message: &str) -> ActivityError {
-    let retryable = matches!(code, "ThrottlingException" | "InternalFailure" | "InternalException");
-    let stable = if code == "ThrottlingException" {
-        "aws_throttled"
-    } else if retryable {
-        "aws_unavailable"
-    } else if code.contains("AccessDenied") || code.contains("NotAuthorized") {
-        "aws_access_denied"
-    } else {
-        "aws_request_invalid"
-    };
+    let (stable, retryable) = super::stable_code(code, 0);
     ActivityError::new(stable, format!("EventBridge refused the entry: {code}: {message}"), retryable)
         .with_details(json!({ "service": "EventBridge", "awsCode": code }))
 }

@@ -204,6 +204,26 @@ const THROTTLING: [&str; 6] = [
     "AWS.SimpleQueueService.RequestThrottled",
 ];
 
+/// Error codes that mean the service failed inside (an entry-level answer has no HTTP status).
+const INTERNAL: [&str; 3] = ["InternalFailure", "InternalException", "InternalError"];
+
+/// The node's error code for an AWS error `code` answered with HTTP `status` (0: none, as for
+/// one refused entry of a batch), and whether it is worth another attempt.
+pub(crate) fn stable_code(code: &str, status: u16) -> (&'static str, bool) {
+    if THROTTLING.contains(&code) || status == 429 {
+        ("aws_throttled", true)
+    } else if status >= 500 || INTERNAL.contains(&code) {
+        ("aws_unavailable", true)
+    } else if code.contains("AccessDenied") || code.contains("NotAuthorized") || status == 403 {
+        ("aws_access_denied", false)
+    } else if code.contains("NotFound") || code.contains("NonExistent") || code == "QueueDoesNotExist" || status == 404
+    {
+        ("aws_not_found", false)
+    } else {
+        ("aws_request_invalid", false)
+    }
+}
+
 /// Classifies an SDK error of `service` into the node's error codes (see the module docs).
 pub(crate) fn classify<E>(service: &str, error: &SdkError<E, HttpResponse>) -> ActivityError
 where
@@ -225,22 +245,27 @@ where
     let status = error.raw_response().map_or(0, |response| response.status().as_u16());
     let details = json!({ "service": service, "awsCode": code, "status": status });
     let text = format!("{service} refused the call: {code}{}{message}", if message.is_empty() { "" } else { ": " });
-    let (stable, retryable) = if THROTTLING.contains(&code.as_str()) || status == 429 {
-        ("aws_throttled", true)
-    } else if status >= 500 {
-        ("aws_unavailable", true)
-    } else if code.contains("AccessDenied") || code.contains("NotAuthorized") || status == 403 {
-        ("aws_access_denied", false)
-    } else if code.contains("NotFound") || code.contains("NonExistent") || code == "QueueDoesNotExist" || status == 404
-    {
-        ("aws_not_found", false)
-    } else {
-        ("aws_request_invalid", false)
-    };
+    let (stable, retryable) = stable_code(&code, status);
     ActivityError::new(stable, text, retryable).with_details(details)
 }
 
 /// The `awsServiceNodes` discovery block: the kinds this host runs.
 pub(crate) fn capability() -> Value {
     json!({ "supported": true, "kinds": [lambda::TYPE_ID, sqs::TYPE_ID, events::TYPE_ID], "authorization": "iam" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aws_error_codes_map_to_stable_codes_and_a_retry_class() {
+        assert_eq!(stable_code("TooManyRequestsException", 429), ("aws_throttled", true));
+        assert_eq!(stable_code("ThrottlingException", 0), ("aws_throttled", true));
+        assert_eq!(stable_code("ServiceException", 500), ("aws_unavailable", true));
+        assert_eq!(stable_code("InternalFailure", 0), ("aws_unavailable", true));
+        assert_eq!(stable_code("AccessDeniedException", 403), ("aws_access_denied", false));
+        assert_eq!(stable_code("ResourceNotFoundException", 404), ("aws_not_found", false));
+        assert_eq!(stable_code("InvalidParameterValueException", 400), ("aws_request_invalid", false));
+    }
 }

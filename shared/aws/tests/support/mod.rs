@@ -5,6 +5,7 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 pub mod children;
+pub mod dying;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -294,10 +294,22 @@ impl Services {
         queue: Value,
     ) -> Result<Ingested, ServiceError> {
         let subscription = self.bound_trigger(keys).await?.ok_or_else(not_found)?;
-        let id = subscription.subscription_id.clone();
         let now = self.clock.now();
-        let dedup_key = sign::sha256_hex(format!("{id}\n{delivery_id}").as_bytes())[..32].to_owned();
-        let prior = self.store.record(DELIVERY_KIND, &id, &dedup_key, now).await?;
+        let (dedup_key, attempt, record) = self.open_delivery(&subscription.subscription_id, delivery_id).await?;
+        let event = trigger::queue_event(&subscription.subscription_id, delivery_id, now, queue);
+        self.start_from_event(&subscription, delivery_id, &dedup_key, attempt, record, event).await
+    }
+
+    /// A delivery's dedup key (of the subscription and the delivery id), its attempt (one more
+    /// than its record counts) and the start of its new record.
+    async fn open_delivery(
+        &self,
+        subscription_id: &str,
+        delivery_id: &str,
+    ) -> Result<(String, u64, Value), ServiceError> {
+        let now = self.clock.now();
+        let dedup_key = sign::sha256_hex(format!("{subscription_id}\n{delivery_id}").as_bytes())[..32].to_owned();
+        let prior = self.store.record(DELIVERY_KIND, subscription_id, &dedup_key, now).await?;
         let attempt = prior.as_ref().and_then(|record| record.value["attempts"].as_u64()).unwrap_or(0) + 1;
         let record = json!({
             "dedupKey": dedup_key,
@@ -305,8 +317,7 @@ impl Services {
             "attempts": attempt,
             "receivedAt": crate::timefmt::rfc3339(now),
         });
-        let event = trigger::queue_event(&id, delivery_id, now, queue);
-        self.start_from_event(&subscription, delivery_id, &dedup_key, attempt, record, event).await
+        Ok((dedup_key, attempt, record))
     }
 
     /// Takes one inbound delivery for `subscription_id` (see [`crate::trigger`]).
@@ -326,15 +337,7 @@ impl Services {
             .or_else(|| inbound.header("idempotency-key"))
             .filter(|id| !id.is_empty() && id.len() <= 255)
             .map_or_else(|| format!("sha256-{}", &sign::sha256_hex(&inbound.body)[..32]), str::to_owned);
-        let dedup_key = sign::sha256_hex(format!("{subscription_id}\n{delivery_id}").as_bytes())[..32].to_owned();
-        let prior = self.store.record(DELIVERY_KIND, subscription_id, &dedup_key, now).await?;
-        let attempt = prior.as_ref().and_then(|record| record.value["attempts"].as_u64()).unwrap_or(0) + 1;
-        let mut record = json!({
-            "dedupKey": dedup_key,
-            "deliveryId": delivery_id,
-            "attempts": attempt,
-            "receivedAt": crate::timefmt::rfc3339(now),
-        });
+        let (dedup_key, attempt, mut record) = self.open_delivery(subscription_id, &delivery_id).await?;
         let signed = Signed {
             timestamp: inbound.either(headers::TIMESTAMP),
             signature: inbound.either(headers::SIGNATURE),
