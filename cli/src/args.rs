@@ -330,6 +330,31 @@ pub enum RunsCommand {
         /// The run to compare it with.
         against: String,
     },
+    /// Fork a run: a new run of its workflow and inputs that re-tells its history. `replay`
+    /// answers every side effect from the source's log (nothing is called again); `branch`
+    /// keeps the events before --from-seq and runs live after it.
+    Fork {
+        /// The source run.
+        run_id: String,
+        /// `replay` or `branch`.
+        #[arg(long, default_value = "replay")]
+        mode: String,
+        /// The sequence the fork departs at (required for a branch).
+        #[arg(long)]
+        from_seq: Option<u64>,
+        /// Watch the fork until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Run a failed run again from its failed node: a branch fork whose history before that
+    /// node is the source's (side effects before it are not repeated).
+    Redrive {
+        /// The failed run.
+        run_id: String,
+        /// Watch the new run until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
     /// Watch a run live until it ends; the exit code follows its final status.
     #[command(after_help = WATCH_AFTER_HELP)]
     Watch {

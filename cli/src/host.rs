@@ -13,7 +13,7 @@ use trellis_activities::ai::agent::AgentActivity;
 use trellis_activities::ai::{parse_providers, CallPromptActivity, Providers};
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{AllowList, HttpClient, HttpRequestActivity, HttpSettings};
-use trellis_activities::secrets::{EnvSecrets, FileSecrets, SecretChain, SecretEchoActivity};
+use trellis_activities::secrets::{EnvSecrets, FileSecrets, SecretChain};
 use trellis_activities::webhook::HttpWebhookTransport;
 use trellis_core::interrupt::callback::{CallbackSender, Callbacks};
 use trellis_core::limits::HostLimits;
@@ -72,7 +72,7 @@ pub fn node_registry(args: &ServeArgs) -> Result<NodeRegistry, StartError> {
         .with_supervisor_model(Arc::new(trellis_activities::ai::supervisor::SupervisorModelActivity::new(&ai)))
         .register(Arc::new(ai))
         .register(Arc::new(agent));
-    Ok(if args.test_seams { nodes.register(Arc::new(SecretEchoActivity::new(secrets))) } else { nodes })
+    Ok(if args.test_seams { trellis_activities::conformance::register(nodes, secrets) } else { nodes })
 }
 
 /// The model providers of `core.ai.callPrompt`: the `--ai-providers` file, then the

@@ -46,6 +46,19 @@ pub async fn run(api: &Api, out: Out, command: &RunsCommand) -> Result<Exit, Cli
             }
             Ok(Exit::Success)
         }
+        RunsCommand::Fork { run_id, mode, from_seq, watch } => {
+            let mut body = json!({ "mode": mode });
+            if let Some(from_seq) = from_seq {
+                body["fromSeq"] = json!(from_seq);
+            }
+            let forked = api.send(Method::POST, &format!("/v1/runs/{}:fork", encode(run_id)), Some(&body), &[]).await?;
+            started_fork(api, out, &forked, *watch).await
+        }
+        RunsCommand::Redrive { run_id, watch } => {
+            let path = format!("/v1/runs/{}:redrive", encode(run_id));
+            let forked = api.send(Method::POST, &path, Some(&json!({})), &[]).await?;
+            started_fork(api, out, &forked, *watch).await
+        }
         RunsCommand::Cancel { run_id, reason } => {
             let body = reason_body(reason.as_deref());
             control(api, out, &format!("/v1/runs/{run_id}/cancel"), body, "cancel requested").await
@@ -62,6 +75,28 @@ pub async fn run(api: &Api, out: Out, command: &RunsCommand) -> Result<Exit, Cli
         }
         RunsCommand::Wait { run_id, until, timeout } => wait(api, out, run_id, until.as_deref(), *timeout).await,
     }
+}
+
+/// Shows a fork the host created (`runId`, its source, mode and point), then watches it.
+async fn started_fork(api: &Api, out: Out, forked: &Value, watch: bool) -> Result<Exit, ClientError> {
+    let run_id = forked["runId"]
+        .as_str()
+        .ok_or_else(|| ClientError::Input(format!("the host answered no runId: {forked}")))?
+        .to_owned();
+    if out.json() {
+        print_json(forked);
+    } else {
+        say!(
+            "{run_id}: {} fork of {} from event {}",
+            text(forked, "mode"),
+            text(forked, "sourceRunId"),
+            forked["fromSeq"]
+        );
+    }
+    if watch {
+        return super::watch::watch(api, out, &run_id).await;
+    }
+    Ok(Exit::Success)
 }
 
 fn reason_body(reason: Option<&str>) -> Value {

@@ -15,10 +15,12 @@
 //! - [`webhook`]: the webhook transport ([`webhook::HttpWebhookTransport`]): destination
 //!   checks and signed delivery POSTs over the same client;
 //! - [`secrets`]: the embedded host's secret resolvers (environment variables, a `0600`
-//!   secrets file) and `conformance.secret.echo` ([`secrets::SecretEchoActivity`]).
+//!   secrets file) and `conformance.secret.echo` ([`secrets::SecretEchoActivity`]);
+//! - [`conformance`]: `core.conformance.side-effect`, the replay fixtures' countable effect.
 
 pub mod ai;
 pub mod callback;
+pub mod conformance;
 pub mod http;
 pub mod secrets;
 pub mod webhook;

@@ -8,7 +8,6 @@ use trellis_activities::ai::agent::AgentActivity;
 use trellis_activities::ai::CallPromptActivity;
 use trellis_activities::callback::HttpCallbackSender;
 use trellis_activities::http::{HttpClient, HttpRequestActivity};
-use trellis_activities::secrets::SecretEchoActivity;
 use trellis_activities::webhook::HttpWebhookTransport;
 use trellis_core::bus::EventBus;
 use trellis_core::interrupt::callback::Callbacks;
@@ -88,7 +87,7 @@ pub fn node_registry_of(
         .register(Arc::new(ai))
         .register(Arc::new(agent));
     if settings.test_seams {
-        nodes.register(Arc::new(SecretEchoActivity::new(secrets)))
+        trellis_activities::conformance::register(nodes, secrets)
     } else {
         nodes
     }

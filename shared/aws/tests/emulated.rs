@@ -369,3 +369,15 @@ async fn the_diff_of_two_runs_is_the_same_on_both_backends() {
     trellis_testkit::replay::diff_scenario(&mut trellis_testkit::HttpDriver::new(&client.base, KEY)).await;
     host.stop().await;
 }
+
+/// Forks (replay §6.1, RFC 0140) on the emulated stack: every status row, replay and branch
+/// forks with the source's log shape, a branch's divergence at `run.started`, and a replay of
+/// a cancelled run failing its unreached side effect closed.
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn forks_hold_every_row_and_fail_unreached_effects_closed() {
+    require_emulators();
+    let mut aws = stack().await;
+    trellis_testkit::replay::fork_rows(&mut AwsDriver(&mut aws)).await;
+    trellis_testkit::replay::unreached_effect_fails_closed(&mut AwsDriver(&mut aws)).await;
+}

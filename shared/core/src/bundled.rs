@@ -14,6 +14,11 @@ pub const FIXTURES: &[(&str, &str)] = &[
     ("conformance-cancellable.json", include_str!("../../../conformance/fixtures/conformance-cancellable.json")),
     ("conformance-idempotent.json", include_str!("../../../conformance/fixtures/conformance-idempotent.json")),
     ("conformance-multi-node.json", include_str!("../../../conformance/fixtures/conformance-multi-node.json")),
+    ("conformance-replay-effect.json", include_str!("../../../conformance/fixtures/conformance-replay-effect.json")),
+    (
+        "conformance-replay-side-effect.json",
+        include_str!("../../../conformance/fixtures/conformance-replay-side-effect.json"),
+    ),
     ("conformance-failure.json", include_str!("../../../conformance/fixtures/conformance-failure.json")),
     (
         "conformance-capability-missing.json",

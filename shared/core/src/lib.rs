@@ -21,6 +21,7 @@
 //! - [`interrupt`]: interrupt payloads, judging resume values and quorum votes (a tally in
 //!   the state; each vote stored by voter), signed interrupt tokens;
 //! - [`bus`]: run events published to an event bus as CloudEvents (EventBridge on AWS);
+//! - [`replay`]: forks — the link to the source, recorded outcomes, divergence;
 //! - [`ports`]: the traits the adapters implement (stores, effect sink and local queue, host
 //!   settings, clock, ids, commit notifier);
 //! - [`secrets`]: the secret-resolver port (`credentialsRef` → cleartext for one call), the
@@ -50,6 +51,7 @@ pub mod model;
 pub mod nodes;
 pub mod orchestrator;
 pub mod ports;
+pub mod replay;
 pub mod run;
 pub mod schedule;
 pub mod schema;

@@ -472,6 +472,13 @@ pub struct RunState {
     /// What the run's model calls cost so far (and, with a budget, what it allows).
     #[serde(default, skip_serializing_if = "crate::ai::AiState::is_empty")]
     pub ai: crate::ai::AiState,
+    /// The source this run was forked from (`:fork`, `:redrive`; children of a fork too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::replay::ReplayLink>,
+    /// How long the run is kept after it ends (`settings.retention`, or the host's default;
+    /// `None`: kept until deleted). Fixed at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_ms: Option<u64>,
 }
 
 /// What one commit changed in a run's state besides its header (every field but `nodes`,
@@ -546,7 +553,16 @@ impl RunState {
             outputs: self.outputs.clone(),
             mocks_allowed: self.mocks_allowed,
             ai: self.ai.clone(),
+            replay: self.replay.clone(),
+            retention_ms: self.retention_ms,
         }
+    }
+
+    /// When the run's retention ran out, if it has by `now`: it ended and was kept its
+    /// `retention_ms` since. Such a run reads as gone and is removed by the next sweep.
+    pub fn expired_at(&self, now: Millis) -> Option<Millis> {
+        let until = self.ended_at?.checked_add(self.retention_ms?)?;
+        (until <= now).then_some(until)
     }
 
     /// The node the run waits at (the snapshot's `currentNodeId`): the one holding a pending

@@ -23,8 +23,12 @@ pub const OPENAPI: &str = include_str!("../../../schemas/openapi.json");
 
 /// The families projected as v2 capability records, with their witness class: what a client
 /// can observe without help (`witnessable-unaided`) or only through the test seams.
-const V2_RECORDS: [(&str, &str); 3] =
-    [("agents", "witnessable-unaided"), ("subWorkflow", "seam-gated"), ("idempotency", "witnessable-unaided")];
+const V2_RECORDS: [(&str, &str); 4] = [
+    ("agents", "witnessable-unaided"),
+    ("subWorkflow", "seam-gated"),
+    ("idempotency", "witnessable-unaided"),
+    ("replay", "witnessable-unaided"),
+];
 
 /// The envelope kinds listed: the four universal kinds of RFC 0094 §F.
 const UNIVERSAL_ENVELOPES: [&str; 4] = ["clarification.request", "schema.request", "schema.response", "error"];
@@ -101,6 +105,14 @@ impl Discovery {
         });
         document["runs"] = json!({
             "pauseResume": { "supported": true, "drainPolicies": ["immediate", "drain-current-node"] },
+        });
+        // Forks (replay §6): both modes; in a replay every activity — the one seam where a
+        // call leaves the host — resolves the source's recorded outcome or fails closed
+        // (RFC 0140), and children are forks of the source's children.
+        document["replay"] = json!({
+            "supported": true,
+            "modes": ["replay", "branch"],
+            "sideEffectSuppression": "recorded-outcome",
         });
         document["subWorkflow"] = json!({ "inputMapping": true });
         // Supervisor-driven dispatch (RFC 0006/0007/0022/0126) and its decision paths:

@@ -16,9 +16,9 @@
 //! path segments as `tenant~2Fopaque` (`%2F` accepted too); snapshots carry
 //! `owner.subject{issuer, subjectId, tenant, lane, kind}`, `eventLogSchemaVersion` 3 and an
 //! integer `engineVersion`; poll answers `{runId, events, lastSequence, status, isTerminal}`
-//! after `afterSequence`; cancelling a finished run is `409 run_terminal`. Not served on v2:
-//! `:fork` and `:diff` (replay is not built; `404`), bulk cancel, registration, the test
-//! seams, the debug bundle. `OpenWOP-Dedup` is refused (`400`), never ignored.
+//! after `afterSequence`; cancelling a finished run is `409 run_terminal`; `:fork`,
+//! `:redrive` and `:diff` take and answer projected ids. Not served on v2: bulk cancel,
+//! registration, the test seams, the debug bundle. `OpenWOP-Dedup` is refused (`400`), never ignored.
 
 use std::collections::HashMap;
 
@@ -167,28 +167,51 @@ async fn snapshot(
     State(state): State<AppState>,
     base: BasePath,
     Path(run_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RunsRead)?;
+    if let Some(a) = run_id.strip_suffix(":diff") {
+        let Some(b) = query.get("against").filter(|b| !b.is_empty()) else {
+            return Err(ApiError::validation("`against` (the run to compare with) is required")
+                .with_details(json!({ "field": "against" })));
+        };
+        let (a, b) = (internal_id(&caller, a)?, internal_id(&caller, b)?);
+        let mut diff = state.services.diff_runs(caller.tenant(), &a, &b).await?;
+        diff["a"] = json!(wire_run_id(Wire::V2, caller.tenant(), &a));
+        diff["b"] = json!(wire_run_id(Wire::V2, caller.tenant(), &b));
+        return Ok(Json(diff));
+    }
     let run = state.services.get_run_summary(caller.tenant(), &internal_id(&caller, &run_id)?).await?;
     Ok(Json(crate::routes::runs::run_document(Wire::V2, &state, &base, &run)))
 }
 
-/// `POST /runs/{runId}:pause` and `:resume` (`:fork` and `:diff` are not served).
+/// `POST /runs/{runId}:pause`, `:resume`, `:fork` and `:redrive`.
 async fn custom_method(
     caller: Caller,
     State(state): State<AppState>,
+    base: BasePath,
     Path(raw): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let Some((segment, verb)) = raw.rsplit_once(':') else {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"));
     };
-    if verb != "pause" && verb != "resume" {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"));
+    match verb {
+        "fork" => {
+            let run_id = internal_id(&caller, segment)?;
+            crate::routes::replay::fork(Wire::V2, &caller, &state, &base, &run_id, &body).await
+        }
+        "redrive" => {
+            let run_id = internal_id(&caller, segment)?;
+            crate::routes::replay::redrive(Wire::V2, &caller, &state, &base, &run_id).await
+        }
+        "pause" | "resume" => {
+            caller.require(Scope::RunsCancel)?;
+            let run_id = internal_id(&caller, segment)?;
+            crate::routes::runs::operator(verb, Wire::V2, &caller, &state, &run_id, &body).await
+        }
+        _ => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")),
     }
-    caller.require(Scope::RunsCancel)?;
-    let run_id = internal_id(&caller, segment)?;
-    crate::routes::runs::operator(verb, Wire::V2, &caller, &state, &run_id, &body).await
 }
 
 /// `POST /runs/{runId}/cancel`: `409 run_terminal` on a finished run.

@@ -57,3 +57,161 @@ pub async fn diff_scenario(driver: &mut dyn Driver) -> (String, String) {
     assert_eq!(status, 401, "runs:read is required");
     (one, two)
 }
+
+/// `(type, nodeId)` of each event, the replay-stable part of a log.
+fn shape(events: &[Value]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| {
+            (e["type"].as_str().unwrap_or_default().to_owned(), e["nodeId"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+/// Starts `workflow_id` with `inputs` and waits for it to end; its id.
+async fn run_to_end(driver: &mut dyn Driver, workflow_id: &str, inputs: Value) -> String {
+    let body = json!({"workflowId": workflow_id, "inputs": inputs});
+    let (status, created) = driver.call("POST", "/v1/runs", Some(body), true).await;
+    assert_eq!(status, 201, "{created}");
+    let run_id = created["runId"].as_str().expect("a run id").to_owned();
+    Runner::new(driver).await_terminal(&run_id).await;
+    run_id
+}
+
+/// Forks `source` with `body`; the `201` body.
+pub async fn fork(driver: &mut dyn Driver, source: &str, body: Value) -> Value {
+    let (status, forked) = driver.call("POST", &format!("/v1/runs/{source}:fork"), Some(body), true).await;
+    assert_eq!(status, 201, "{forked}");
+    forked
+}
+
+/// Every row of replay §6.1 on a finished `conformance-multi-node` run: a replay and a branch
+/// fork from 0 complete with the source's log shape, a fork's body names its source, mode
+/// and point; a branch at `node.completed(b) + 1` keeps the tail (`replay-fork-arbitrary`);
+/// two replays have the same shape (`replayDeterminism`); a negative or fractional
+/// `fromSeq`, a branch without one and a replay with an overlay are `400` naming the field;
+/// `99999` is `422 fork_point_invalid`; an unknown run is `404`; no key is `401`.
+pub async fn fork_rows(driver: &mut dyn Driver) {
+    let source = run_to_end(driver, "conformance-multi-node", json!({})).await;
+    let source_events = Runner::new(driver).events(&source).await;
+
+    let replay = fork(driver, &source, json!({"mode": "replay", "fromSeq": 0})).await;
+    assert_eq!((replay["sourceRunId"].as_str(), replay["mode"].as_str()), (Some(source.as_str()), Some("replay")));
+    assert_eq!(replay["fromSeq"], 0);
+    let replay_id = replay["runId"].as_str().expect("a run id").to_owned();
+    assert_ne!(replay_id, source);
+    assert!(replay["eventsUrl"].as_str().is_some_and(|url| url.contains(&replay_id)), "{replay}");
+    let done = Runner::new(driver).await_terminal(&replay_id).await;
+    assert_eq!(done["status"], "completed");
+    let replay_events = Runner::new(driver).events(&replay_id).await;
+    assert_eq!(shape(&replay_events), shape(&source_events), "a replay re-tells the source");
+    for (copy, original) in replay_events.iter().zip(&source_events) {
+        assert_eq!(copy["sequence"], original["sequence"]);
+        if copy["type"] == "run.started" || copy["type"] == "node.started" {
+            assert_eq!(copy["payload"], original["payload"], "the copied prefix is the source's");
+        }
+    }
+    let second = fork(driver, &source, json!({"mode": "replay"})).await;
+    let second_id = second["runId"].as_str().unwrap().to_owned();
+    Runner::new(driver).await_terminal(&second_id).await;
+    assert_eq!(
+        shape(&Runner::new(driver).events(&second_id).await),
+        shape(&replay_events),
+        "replays are deterministic"
+    );
+
+    let branch = fork(driver, &source, json!({"mode": "branch", "fromSeq": 0, "runOptionsOverlay": {}})).await;
+    let branch_id = branch["runId"].as_str().unwrap().to_owned();
+    assert_eq!(Runner::new(driver).await_terminal(&branch_id).await["status"], "completed");
+
+    let after_b = source_events
+        .iter()
+        .find(|e| e["type"] == "node.completed" && e["nodeId"] == "b")
+        .and_then(|e| e["sequence"].as_u64())
+        .expect("b completed")
+        + 1;
+    let arbitrary = fork(driver, &source, json!({"mode": "branch", "fromSeq": after_b})).await;
+    let arbitrary_id = arbitrary["runId"].as_str().unwrap().to_owned();
+    Runner::new(driver).await_terminal(&arbitrary_id).await;
+    let tail = Runner::new(driver).events(&arbitrary_id).await;
+    assert_eq!(shape(&tail), shape(&source_events), "the tail after b matches the source's, and so does the prefix");
+
+    // An overlay applies to a branch; its run options show in `run.started`, where the branch
+    // departs from its source (recorded once, then execution goes on).
+    let tagged =
+        fork(driver, &source, json!({"mode": "branch", "fromSeq": after_b, "runOptionsOverlay": {"tags": ["from-b"]}}))
+            .await;
+    let tagged_id = tagged["runId"].as_str().unwrap().to_owned();
+    let snapshot = Runner::new(driver).await_terminal(&tagged_id).await;
+    assert_eq!((snapshot["status"].as_str(), &snapshot["tags"]), (Some("completed"), &json!(["from-b"])), "{snapshot}");
+    let tagged_events = Runner::new(driver).events(&tagged_id).await;
+    let diverged: Vec<&Value> = tagged_events.iter().filter(|e| e["type"] == "replay.diverged").collect();
+    assert_eq!(diverged.len(), 1, "{tagged_events:?}");
+    assert_eq!(
+        (diverged[0]["payload"]["atSequence"].as_u64(), diverged[0]["payload"]["divergenceKind"].as_str()),
+        (Some(0), Some("output"))
+    );
+
+    for (body, field) in [
+        (json!({"mode": "branch", "fromSeq": -1}), "fromSeq"),
+        (json!({"mode": "replay", "fromSeq": 1.5}), "fromSeq"),
+        (json!({"mode": "branch"}), "fromSeq"),
+        (
+            json!({"mode": "replay", "fromSeq": 0, "runOptionsOverlay": {"configurable": {"recursionLimit": 50}}}),
+            "runOptionsOverlay",
+        ),
+        (json!({"fromSeq": 0}), "mode"),
+    ] {
+        let (status, refused) = driver.call("POST", &format!("/v1/runs/{source}:fork"), Some(body.clone()), true).await;
+        assert_eq!((status, refused["error"].as_str()), (400, Some("validation_error")), "{body}: {refused}");
+        assert_eq!(refused["details"]["field"], field, "{refused}");
+    }
+    let (status, past) = driver
+        .call("POST", &format!("/v1/runs/{source}:fork"), Some(json!({"mode": "replay", "fromSeq": 99999})), true)
+        .await;
+    assert_eq!((status, past["error"].as_str()), (422, Some("fork_point_invalid")), "{past}");
+    let (status, unknown) = driver
+        .call("POST", "/v1/runs/openwop-conformance-no-such-run-id:fork", Some(json!({"mode": "replay"})), true)
+        .await;
+    assert_eq!(status, 404, "{unknown}");
+    let (status, _) =
+        driver.call("POST", &format!("/v1/runs/{source}:fork"), Some(json!({"mode": "replay"})), false).await;
+    assert_eq!(status, 401);
+}
+
+/// A replay of a run cancelled before its side-effecting node: the hold re-runs live, the
+/// fork records `replay.diverged` where the source was cancelled, and the effect node fails
+/// closed with `replay_source_missing` without completing (`replay-side-effect-suppression`).
+pub async fn unreached_effect_fails_closed(driver: &mut dyn Driver) {
+    let body = json!({"workflowId": "conformance-replay-side-effect", "inputs": {"delayMs": 400}});
+    let (status, created) = driver.call("POST", "/v1/runs", Some(body), true).await;
+    assert_eq!(status, 201, "{created}");
+    let source = created["runId"].as_str().unwrap().to_owned();
+    let (status, cancelled) = driver.call("POST", &format!("/v1/runs/{source}:cancel"), Some(json!({})), true).await;
+    assert_eq!(status, 200, "{cancelled}");
+    Runner::new(driver).await_terminal(&source).await;
+    let source_events = Runner::new(driver).events(&source).await;
+    assert!(!source_events.iter().any(|e| e["type"] == "node.completed" && e["nodeId"] == "effect"));
+
+    let forked = fork(driver, &source, json!({"mode": "replay"})).await;
+    let fork_id = forked["runId"].as_str().unwrap().to_owned();
+    let done = Runner::new(driver).await_terminal(&fork_id).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let events = Runner::new(driver).events(&fork_id).await;
+    let effect: Vec<&Value> = events.iter().filter(|e| e["nodeId"] == "effect").collect();
+    assert!(!effect.iter().any(|e| e["type"] == "node.completed"), "a replay performed the effect: {effect:?}");
+    assert!(
+        effect.iter().any(|e| e["type"] == "node.failed" && e["payload"]["error"]["code"] == "replay_source_missing"),
+        "{effect:?}"
+    );
+    let diverged: Vec<&Value> = events.iter().filter(|e| e["type"] == "replay.diverged").collect();
+    assert_eq!(diverged.len(), 1, "one divergence is recorded: {events:?}");
+    let payload = &diverged[0]["payload"];
+    assert_eq!(payload["sourceRunId"], source.as_str());
+    let at = payload["atSequence"].as_u64().expect("atSequence");
+    assert_eq!(
+        source_events[usize::try_from(at).unwrap()]["type"] != events[usize::try_from(at).unwrap()]["type"],
+        true
+    );
+    assert!(["output", "type-mismatch", "extra", "missing"].contains(&payload["divergenceKind"].as_str().unwrap()));
+}

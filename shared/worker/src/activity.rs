@@ -2,7 +2,8 @@
 //! ([`trellis_core::engine::activity_call`]; a superseded attempt is not executed), runs the
 //! registered executor bounded by the attempt's budget (plus a grace) and, when the node
 //! asks for one, a heartbeat watchdog, then hands the outcome back as
-//! `Input::ActivityFinished` for the one commit loop. Progress reports are committed as
+//! `Input::ActivityFinished` for the one commit loop. An attempt of a fork resolves the
+//! source's recorded outcome instead, where [`Services::replayed_attempt`] says so. Progress reports are committed as
 //! `Input::ActivityProgress` as they come. Executors never touch the store.
 //!
 //! Crash point `after-activity`: the executor returned and nothing is committed yet — the
@@ -53,6 +54,7 @@ pub(crate) async fn execute(
         .as_ref()
         .ok()
         .and_then(|workflow| activity_call(workflow, &run, attempt.node_id, attempt.activation, attempt.attempt, now));
+    let replay = run.replay.clone();
     services.store.retain_run(run);
     let workflow = workflow?;
     let Some(mut call) = call else {
@@ -69,7 +71,21 @@ pub(crate) async fn execute(
         }
     }
     let sink = WorkerProgress::new(services, &call);
-    let result = bounded(&call, compiled.kind.execute(&call, &sink), &sink, compiled.timeouts.heartbeat_ms).await;
+    // A fork's side effects: the source's recorded outcome, or a live call (see `trellis_core::replay`).
+    let recorded = match &replay {
+        Some(link) => services.replayed_attempt(link, &call).await?,
+        None => None,
+    };
+    let result = match recorded {
+        Some((progress, result)) => {
+            debug!(run_id = %call.run_id, node = %call.node_id, attempt = call.attempt, "attempt resolved from the source run");
+            for report in progress {
+                sink.report(report).await;
+            }
+            result
+        }
+        None => bounded(&call, compiled.kind.execute(&call, &sink), &sink, compiled.timeouts.heartbeat_ms).await,
+    };
     maybe_crash(context.crash, CrashPoint::AfterActivity);
     if context.simulated.as_ref().is_some_and(|crash| crash.hit(CrashPoint::AfterActivity)) {
         warn!(run_id = %call.run_id, node = %call.node_id, "simulated crash after the activity returned");

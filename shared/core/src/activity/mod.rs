@@ -25,6 +25,26 @@
 pub mod policy;
 pub mod template;
 
+/// Effects performed in this process by the conformance side-effect node
+/// (`core.conformance.side-effect`), read by the test seam `GET
+/// /v1/host/sample/replay/effect-count`: a replay that resolves the node from its source
+/// leaves it as it was.
+pub mod effects {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static PERFORMED: AtomicU64 = AtomicU64::new(0);
+
+    /// Counts one effect; returns the count with it.
+    pub fn perform() -> u64 {
+        PERFORMED.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// How many effects this process performed.
+    pub fn performed() -> u64 {
+        PERFORMED.load(Ordering::SeqCst)
+    }
+}
+
 use std::fmt;
 
 use async_trait::async_trait;

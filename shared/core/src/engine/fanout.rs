@@ -24,7 +24,6 @@
 //! met (losers cancelled by the join do not count), else `satisfied`.
 
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
 use super::orchestration::remember;
 use super::progress::Transition;
@@ -392,8 +391,7 @@ impl Transition<'_> {
         let run_id = self.state.run_id.clone();
         let now = self.now;
         let activation = self.state.nodes.get(node_id).map_or(0, |node| node.activation);
-        let digest = Sha256::digest(format!("{run_id}\n{node_id}\n{activation}\n{index}").as_bytes());
-        let child_run_id = format!("run-{}", &hex::encode(digest)[..32]);
+        let child_run_id = super::child_run_id(&run_id, node_id, activation, Some(index as usize));
         let key = slot_key(node_id, index);
         let slot = self.node_mut(&key);
         slot.status = NodeStatus::WaitingChild;

@@ -48,6 +48,7 @@ struct Header {
     children_started: u32,
     outputs: serde_json::Map<String, Value>,
     ai: crate::ai::AiState,
+    replay: Option<crate::replay::ReplayLink>,
 }
 
 impl Header {
@@ -89,6 +90,8 @@ impl Header {
             outputs,
             mocks_allowed: _,
             ai,
+            replay,
+            retention_ms: _,
         } = state;
         Self {
             status: *status,
@@ -108,6 +111,7 @@ impl Header {
             children_started: *children_started,
             outputs: outputs.clone(),
             ai: ai.clone(),
+            replay: replay.clone(),
         }
     }
 
@@ -129,6 +133,7 @@ impl Header {
         state.children_started = self.children_started;
         state.outputs = self.outputs;
         state.ai = self.ai;
+        state.replay = self.replay;
     }
 }
 
@@ -207,8 +212,22 @@ impl Journal {
             "a header field fixed at creation changed"
         );
         assert_eq!(
-            (&before.created_at, &before.configurable, &before.tags, &before.metadata, &before.scope_id),
-            (&state.created_at, &state.configurable, &state.tags, &state.metadata, &state.scope_id),
+            (
+                &before.created_at,
+                &before.configurable,
+                &before.tags,
+                &before.metadata,
+                &before.scope_id,
+                &before.retention_ms
+            ),
+            (
+                &state.created_at,
+                &state.configurable,
+                &state.tags,
+                &state.metadata,
+                &state.scope_id,
+                &state.retention_ms
+            ),
             "a header field fixed at creation changed"
         );
         assert_eq!(

@@ -250,12 +250,7 @@ impl<'a> Transition<'a> {
         let run_id = self.state.run_id.clone();
         let node = self.node_mut(node_id);
         let activation = node.activation;
-        let seed = match worker {
-            None => format!("{run_id}\n{node_id}\n{activation}"),
-            Some(index) => format!("{run_id}\n{node_id}\n{activation}\n{index}"),
-        };
-        let digest = Sha256::digest(seed.as_bytes());
-        let child_run_id = format!("run-{}", &hex::encode(digest)[..32]);
+        let child_run_id = child_run_id(&run_id, node_id, activation, worker);
         node.status = NodeStatus::WaitingChild;
         node.child_run_id = Some(child_run_id.clone());
         node.child_workflow_id = Some(workflow_id.clone());
@@ -694,4 +689,14 @@ fn idle_node() -> NodeState {
         error: None,
         loopbacks: 0,
     }
+}
+
+/// The deterministic id of the child a run's node starts: per run, node and activation, and
+/// per item index for the children of a fan-out or a per-worker dispatch.
+pub fn child_run_id(run_id: &str, node_id: &str, activation: u32, index: Option<usize>) -> String {
+    let seed = match index {
+        None => format!("{run_id}\n{node_id}\n{activation}"),
+        Some(index) => format!("{run_id}\n{node_id}\n{activation}\n{index}"),
+    };
+    format!("run-{}", &hex::encode(Sha256::digest(seed.as_bytes()))[..32])
 }

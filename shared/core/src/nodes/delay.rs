@@ -1,4 +1,5 @@
-//! `core.delay`: parks the node for a duration, then completes with no outputs.
+//! `core.delay` (and its conformance alias `core.conformance.hold`): parks the node for a
+//! duration, then completes with no outputs.
 //!
 //! The duration is the first of: input `delayMs`, `config.delayMs`, `config.durationMs`,
 //! `config.ms`, run variable `delayMs`, run variable `delaySeconds` × 1000 (rounded to the
@@ -15,6 +16,21 @@ use crate::run::RunError;
 
 /// The `core.delay` kind.
 pub(super) struct Delay;
+
+/// `core.conformance.hold`: the conformance suite's pure wait (its replay fixtures use it
+/// where a registry might classify `core.delay` as side-effecting); a `core.delay` by another
+/// name.
+pub(super) struct Hold;
+
+impl NodeKind for Hold {
+    fn type_id(&self) -> &'static str {
+        "core.conformance.hold"
+    }
+
+    fn execute(&self, context: &NodeContext<'_>) -> NodeOutcome {
+        Delay.execute(context)
+    }
+}
 
 /// Used when no source gives a duration.
 const DEFAULT_DELAY_MS: u64 = 100;

@@ -103,6 +103,7 @@ static PURE_KINDS: &[&dyn NodeKind] = &[
     &passthrough::Parallel,
     &passthrough::Merge,
     &delay::Delay,
+    &delay::Hold,
     &identity::Identity,
     &fail::Fail,
     &subworkflow::SubWorkflow,

@@ -33,6 +33,10 @@ impl Services {
         run: &RunState,
         events: &[RunEvent],
     ) -> Result<Vec<Effect>, ServiceError> {
+        // A replay fork's events are history re-told: nothing outside the host hears them again.
+        if run.replay.as_ref().is_some_and(|link| !link.delivers_events()) {
+            return Ok(Vec::new());
+        }
         let mut effects = self.webhook_effects(run, events).await?;
         effects.extend(self.bus_effect(events));
         Ok(effects)

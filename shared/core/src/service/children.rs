@@ -135,6 +135,8 @@ impl Services {
         child.scope_id = parent.scope_id.clone();
         child.disabled_capabilities = parent.disabled_capabilities.clone();
         child.mocks_allowed |= parent.mocks_allowed;
+        child.retention_ms = parent.retention_ms;
+        child.replay = self.child_link(parent, node_id, child_run_id).await?;
         let mut outcome = engine::apply(&workflow, &mut child, Input::Start, now);
         child.version = 1;
         outcome.effects.extend(self.integration_effects(&child, &outcome.events).await?);

@@ -74,6 +74,8 @@ impl Services {
             if decision.outcome.verdict != Verdict::Applied {
                 return Ok(Some(decision));
             }
+            // A fork records where it departs from its source, before its events are delivered.
+            self.mark_divergence(&mut decision.run, &mut decision.outcome.events).await?;
             // The webhook deliveries and the bus publish its events call for commit with them (the outbox).
             let deliveries = self.integration_effects(&decision.run, &decision.outcome.events).await?;
             decision.outcome.effects.extend(deliveries);

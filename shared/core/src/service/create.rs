@@ -89,15 +89,12 @@ impl Services {
                 details: json!({ "requiredCapability": crate::interrupt::callback::QUEUE_NOTIFY_CAPABILITY, "field": "callbackUrl" }),
             });
         }
-        self.check_mock_provider(request.configurable.as_ref(), principal)?;
-        check_budget(request.configurable.as_ref())?;
         let (namespace, workflow) = self.find_workflow(&principal.tenant, &request.workflow_id).await?;
         if let Some(gap) = &workflow.gap {
             return Err(ServiceError::CapabilityRequired { message: gap.message.clone(), details: gap.details() });
         }
-        let limits = self.run_limits(request.configurable.as_ref())?;
-        check_configurable(&workflow, request.configurable.as_ref())?;
-        check_escalation(request.configurable.as_ref())?;
+        self.check_run_options(&workflow, request.configurable.as_ref(), principal)?;
+        let limits = self.run_limits_for(request.configurable.as_ref())?;
         let inputs = seed_variables(&workflow, request.inputs)?;
 
         let disabled = self.capability_overlay().await?.disabled();
@@ -146,7 +143,7 @@ impl Services {
         }
     }
 
-    fn run_limits(&self, configurable: Option<&Value>) -> Result<RunLimits, ServiceError> {
+    pub(super) fn run_limits_for(&self, configurable: Option<&Value>) -> Result<RunLimits, ServiceError> {
         let max_executions = self.limits.max_node_executions;
         let max_duration = self.limits.max_run_duration_ms;
         let mut limits = RunLimits { max_node_executions: max_executions, run_duration_ms: max_duration };
@@ -164,6 +161,23 @@ impl Services {
             limits.run_duration_ms = (timeout.floor() as u64).clamp(1, max_duration);
         }
         Ok(limits)
+    }
+}
+
+impl Services {
+    /// The checks a run's `configurable` passes before a run (or a fork) is created: the mock
+    /// provider, the budget policy, the workflow's `configurableSchema`, the escalation
+    /// thresholds.
+    pub(super) fn check_run_options(
+        &self,
+        workflow: &Workflow,
+        configurable: Option<&Value>,
+        principal: &Principal,
+    ) -> Result<(), ServiceError> {
+        self.check_mock_provider(configurable, principal)?;
+        check_budget(configurable)?;
+        check_configurable(workflow, configurable)?;
+        check_escalation(configurable)
     }
 }
 
@@ -227,6 +241,8 @@ pub(crate) fn new_run(
         outputs: Map::new(),
         mocks_allowed,
         ai: crate::ai::AiState::default(),
+        replay: None,
+        retention_ms: None,
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Events are compared by sequence on `(type, payload)`, the payload canonical (keys sorted)
 //! and without the fields that differ between any two runs (`eventId`, `runId`,
-//! `causationId`, `correlationId`, `ts`, `transport`); `divergedAtSeq` is the first sequence
+//! `causationId`, `correlationId`, `ts`, `transport`: [`crate::replay::RUN_SPECIFIC`]); `divergedAtSeq` is the first sequence
 //! that differs (`null` when none does). `eventDiffs` lists each differing sequence as
 //! `added` (only in `b`), `removed` (only in `a`) or `changed`, with the events as the events
 //! route renders them, at most [`MAX_EVENT_DIFFS`] of them (`truncated` then says more
@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 use super::Services;
 use crate::error::ServiceError;
 use crate::event::RunEvent;
+use crate::replay::comparison_key;
 use crate::run::RunState;
 use crate::webhook::delivery::event_doc;
 
@@ -23,26 +24,8 @@ use crate::webhook::delivery::event_doc;
 pub const MAX_EVENTS: usize = 10_000;
 /// The most `eventDiffs` listed.
 pub const MAX_EVENT_DIFFS: usize = 100;
-/// Payload fields left out of the comparison (they differ between any two runs).
-const IGNORED: [&str; 6] = ["eventId", "runId", "causationId", "correlationId", "ts", "transport"];
 /// Events read per store call.
 const PAGE: usize = 500;
-
-/// The comparison key of an event: its type and its canonical payload without [`IGNORED`].
-fn key(event: &RunEvent) -> (String, String) {
-    let payload = match &event.payload {
-        Value::Object(fields) => Value::Object(
-            fields
-                .iter()
-                .filter(|(name, _)| !IGNORED.contains(&name.as_str()))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        other => other.clone(),
-    };
-    // serde_json's maps keep their keys sorted: the text is canonical for equal values.
-    (event.event_type.clone(), payload.to_string())
-}
 
 /// The diff of runs `a` and `b` (their events `a_events`, `b_events`; `capped` when a log was
 /// cut at [`MAX_EVENTS`]).
@@ -53,7 +36,7 @@ pub(super) fn diff(a: &RunState, a_events: &[RunEvent], b: &RunState, b_events: 
     for seq in 0..a_events.len().max(b_events.len()) {
         let (left, right) = (a_events.get(seq), b_events.get(seq));
         let op = match (left, right) {
-            (Some(left), Some(right)) if key(left) == key(right) => continue,
+            (Some(left), Some(right)) if comparison_key(left) == comparison_key(right) => continue,
             (Some(_), Some(_)) => "changed",
             (Some(_), None) => "removed",
             (None, Some(_)) => "added",
@@ -113,7 +96,7 @@ impl Services {
     }
 
     /// A run's events, at most [`MAX_EVENTS`], and whether there were more.
-    async fn all_events(&self, run_id: &str) -> Result<(Vec<RunEvent>, bool), ServiceError> {
+    pub(super) async fn all_events(&self, run_id: &str) -> Result<(Vec<RunEvent>, bool), ServiceError> {
         let mut events: Vec<RunEvent> = Vec::new();
         loop {
             let after = events.last().map(|event| event.sequence);

@@ -6,6 +6,7 @@ pub(crate) mod events;
 pub(crate) mod interrupts;
 pub(crate) mod interrupts_list;
 pub(crate) mod list;
+pub(crate) mod replay;
 pub(crate) mod runs;
 pub(crate) mod schedules;
 pub(crate) mod seams;

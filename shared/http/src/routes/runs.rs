@@ -1,7 +1,7 @@
 //! Runs: create (`POST /v1/runs`), read (`GET /v1/runs/{runId}`), cancel
 //! (`POST /v1/runs/{runId}/cancel`, also spelled `POST /v1/runs/{runId}:cancel`), bulk
 //! cancel, operator pause and resume (`:pause`, `:resume`), and the diff of two runs
-//! (`GET /v1/runs/{runId}:diff?against=`).
+//! (`GET /v1/runs/{runId}:diff?against=`); `:fork` and `:redrive` are in [`super::replay`].
 
 use std::collections::HashMap;
 
@@ -128,14 +128,18 @@ pub(crate) fn run_document(wire: Wire, state: &AppState, base: &BasePath, run: &
     doc
 }
 
-/// `POST /v1/runs/{runId}:<verb>`: the colon custom methods `cancel`, `pause` and `resume`.
+/// `POST /v1/runs/{runId}:<verb>`: the colon custom methods `cancel`, `pause`, `resume`,
+/// `fork` and `redrive`.
 pub(crate) async fn custom_method(
     caller: Caller,
     state: State<AppState>,
+    base: BasePath,
     Path(raw): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     match raw.rsplit_once(':') {
+        Some((run_id, "fork")) => super::replay::fork(Wire::V1, &caller, &state, &base, run_id, &body).await,
+        Some((run_id, "redrive")) => super::replay::redrive(Wire::V1, &caller, &state, &base, run_id).await,
         Some((run_id, "cancel")) => cancel(caller, state, Path(run_id.to_owned()), body).await,
         Some((run_id, "pause")) => operator("pause", Wire::V1, &caller, &state, run_id, &body).await,
         Some((run_id, "resume")) => operator("resume", Wire::V1, &caller, &state, run_id, &body).await,

@@ -113,6 +113,14 @@ pub(crate) async fn set_variables(
     Ok(Json(json!({ "runId": run.run_id, "variables": run.variables })))
 }
 
+/// `GET /v1/host/sample/replay/effect-count`: how many effects `core.conformance.side-effect`
+/// performed in this process (a replay resolves the node from its source: the count stays).
+pub(crate) async fn effect_count(caller: Caller, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    gate(&caller, &state)?;
+    let count = trellis_core::activity::effects::performed();
+    Ok(Json(json!({ "count": count, "nodeType": "core.conformance.side-effect", "scope": "process" })))
+}
+
 /// Fields the per-item seam accepts.
 const PER_ITEM_FIELDS: [&str; 4] = ["nextWorkerIds", "nextWorkerInputs", "inputMapping", "replay"];
 

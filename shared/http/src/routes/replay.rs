@@ -1,0 +1,80 @@
+//! Forks: `POST /v1/runs/{runId}:fork` (replay §6.1: `{mode, fromSeq?, runOptionsOverlay?}`
+//! → `201 {runId, sourceRunId, fromSeq, mode, status, eventsUrl}`) and `:redrive` (a branch
+//! fork at a failed run's failed node), on v1 and v2; see [`trellis_core::replay`].
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use trellis_core::service::ForkRequest;
+use trellis_core::RunState;
+
+use super::json_body;
+use crate::auth::{Caller, Scope};
+use crate::error::ApiError;
+use crate::links::BasePath;
+use crate::render::{project_id, status_url, wire_run_id, Wire};
+use crate::AppState;
+
+/// `:fork` of `run_id` (internal id) with `body`, answered for `wire`.
+pub(crate) async fn fork(
+    wire: Wire,
+    caller: &Caller,
+    state: &AppState,
+    base: &BasePath,
+    run_id: &str,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    caller.require(Scope::RunsCreate)?;
+    caller.require(Scope::RunsRead)?;
+    let body = json_body(body)?.unwrap_or_else(|| json!({}));
+    let request = ForkRequest::parse(&body)?;
+    let run = state.services.fork_run(&caller.principal, run_id, request).await?;
+    Ok(created(wire, base, &run))
+}
+
+/// `:redrive` of the failed run `run_id` (internal id), answered for `wire`.
+pub(crate) async fn redrive(
+    wire: Wire,
+    caller: &Caller,
+    state: &AppState,
+    base: &BasePath,
+    run_id: &str,
+) -> Result<Response, ApiError> {
+    caller.require(Scope::RunsCreate)?;
+    caller.require(Scope::RunsRead)?;
+    let run = state.services.redrive_run(&caller.principal, run_id).await?;
+    Ok(created(wire, base, &run))
+}
+
+/// `201` with the fork's body and its status URL as `Location`.
+fn created(wire: Wire, base: &BasePath, run: &RunState) -> Response {
+    let mut body = fork_body(wire, run);
+    base.prefix_fields(&mut body);
+    let location = body["statusUrl"].as_str().and_then(|url| HeaderValue::from_str(url).ok());
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    if let Some(location) = location {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+fn fork_body(wire: Wire, run: &RunState) -> Value {
+    let link = run.replay.as_ref();
+    let id = wire_run_id(wire, &run.tenant, &run.run_id);
+    let source = link.and_then(|link| link.source_run_id.as_deref()).unwrap_or_default();
+    let (events_url, status) = match wire {
+        Wire::V1 => (crate::render::events_url(&id), status_url(&id)),
+        Wire::V2 => (format!("/runs/{}/events", project_id(&id)), format!("/runs/{}", project_id(&id))),
+    };
+    json!({
+        "runId": id,
+        "sourceRunId": wire_run_id(wire, &run.tenant, source),
+        "fromSeq": link.map(|link| link.from_seq),
+        "mode": link.map(|link| link.mode.as_str()),
+        "status": run.status.as_str(),
+        "workflowId": run.workflow.id,
+        "eventsUrl": events_url,
+        "statusUrl": status,
+    })
+}

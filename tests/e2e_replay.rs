@@ -1,0 +1,242 @@
+//! Forks end to end on an embedded host (replay §6, RFC 0140; `trellis_testkit::replay` holds
+//! the scenarios the emulated AWS stack plays too): every status row of `:fork`, replay and
+//! branch forks and their determinism, a fork of a cancelled run failing its unreached side
+//! effect closed with `replay.diverged` recorded, the effect counter seam (a replay performs
+//! nothing, a branch performs again), an HTTP node a replay answers from the source's log
+//! while a branch calls the server again, no webhook delivery for a replay's events,
+//! `:redrive` of a failed run, and the v2 `:fork`. Nothing leaves 127.0.0.1.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{serve_args, start, write_keys_file, Client};
+use serde_json::{json, Value};
+use trellis_testkit::http_server::{Reply, TestServer};
+use trellis_testkit::replay;
+use trellis_testkit::script::Runner;
+use trellis_testkit::webhooks::{self, WebhookReceiver};
+use trellis_testkit::HttpDriver;
+
+/// The key of these tests: every scope, and the test seams.
+const SEAM_KEY: &str = "replay-key";
+
+async fn host(seams: bool) -> (trellis::host::EmbeddedHost, HttpDriver, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = serve_args(None);
+    args.test_seams = seams;
+    args.keys_file = Some(write_keys_file(dir.path(), &[(SEAM_KEY, "default", &["*", "test:seams"])]));
+    let host = start(args).await;
+    let driver = HttpDriver::new(format!("http://{}", host.addr), SEAM_KEY);
+    (host, driver, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fork_row_holds() {
+    let (host, mut driver, _dir) = host(false).await;
+    replay::fork_rows(&mut driver).await;
+    let discovery = Client::new(format!("http://{}", host.addr), SEAM_KEY).discovery().await;
+    assert_eq!(
+        discovery["replay"],
+        json!({"supported": true, "modes": ["replay", "branch"], "sideEffectSuppression": "recorded-outcome"})
+    );
+    host.stop().await;
+}
+
+async fn effect_count(driver: &mut HttpDriver) -> u64 {
+    let (status, body) =
+        trellis_testkit::Driver::call(driver, "GET", "/v1/host/sample/replay/effect-count", None, true).await;
+    assert_eq!(status, 200, "{body}");
+    body["count"].as_u64().expect("count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_performs_no_side_effect_and_fails_closed_where_the_source_never_got() {
+    let (host, mut driver, _dir) = host(true).await;
+    replay::unreached_effect_fails_closed(&mut driver).await;
+
+    let before = effect_count(&mut driver).await;
+    let client = Client::new(format!("http://{}", host.addr), SEAM_KEY);
+    let source = client.create(json!({"workflowId": "conformance-replay-effect"})).await;
+    assert_eq!(client.wait_terminal(&source, Duration::from_secs(10)).await["status"], "completed");
+    assert_eq!(effect_count(&mut driver).await, before + 1, "the source performs its effect");
+
+    let replayed = replay::fork(&mut driver, &source, json!({"mode": "replay"})).await;
+    let replayed = replayed["runId"].as_str().unwrap().to_owned();
+    assert_eq!(client.wait_terminal(&replayed, Duration::from_secs(10)).await["status"], "completed");
+    assert_eq!(effect_count(&mut driver).await, before + 1, "a replay performs nothing");
+    let outputs = |events: &[Value]| {
+        events
+            .iter()
+            .find(|e| e["type"] == "node.completed" && e["nodeId"] == "effect")
+            .map(|e| e["payload"]["outputs"].clone())
+    };
+    let source_events = client.events(&source).await;
+    let replay_events = client.events(&replayed).await;
+    assert_eq!(outputs(&replay_events), outputs(&source_events), "the recorded outcome, not a new one");
+    assert!(!replay_events.iter().any(|e| e["type"] == "replay.diverged"), "{replay_events:?}");
+
+    let branch = replay::fork(&mut driver, &source, json!({"mode": "branch", "fromSeq": 0})).await;
+    let branch = branch["runId"].as_str().unwrap().to_owned();
+    assert_eq!(client.wait_terminal(&branch, Duration::from_secs(10)).await["status"], "completed");
+    assert_eq!(effect_count(&mut driver).await, before + 2, "a branch re-fires effects after its fork point");
+    host.stop().await;
+}
+
+fn http_workflow() -> Value {
+    json!({"id": "replay-http", "name": "replay-http",
+        "variables": [{"name": "port", "type": "number", "required": true}],
+        "nodes": [
+            {"id": "charge", "typeId": "core.http.request",
+             "config": {"url": "http://127.0.0.1:{{variables.port}}/charge", "method": "POST", "body": {"amount": 5}, "timeoutMs": 2000}},
+            {"id": "fail", "typeId": "core.fail", "config": {"code": "after_charge", "message": "fails after the charge"}}
+        ],
+        "edges": [{"id": "e", "sourceNodeId": "charge", "targetNodeId": "fail"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_answers_an_http_node_from_the_log_and_delivers_no_webhook() {
+    let (host, mut driver, _dir) = host(false).await;
+    let server = TestServer::start().await;
+    server.route("/charge", vec![Reply::json(200, &json!({"charged": true}))]);
+    let receiver = WebhookReceiver::start().await;
+    let url = receiver.path("/hooks", vec![Reply::status(204)]);
+    let registered = webhooks::register(&mut driver, &url, &["run.started", "run.failed"]).await;
+    assert!(registered["webhookId"].is_string());
+    let client = Client::new(format!("http://{}", host.addr), SEAM_KEY);
+    let (status, body) = client.request("POST", "/v1/workflows", Some(http_workflow())).await;
+    assert_eq!(status, 201, "{body}");
+
+    let source = client.create(json!({"workflowId": "replay-http", "inputs": {"port": server.port()}})).await;
+    assert_eq!(client.wait_terminal(&source, Duration::from_secs(10)).await["status"], "failed");
+    assert_eq!(server.requests_to("/charge").len(), 1);
+    webhooks::wait_for(&mut driver, "the source's two deliveries", Duration::from_secs(10), || {
+        receiver.deliveries("/hooks").len() >= 2
+    })
+    .await;
+
+    let replayed = replay::fork(&mut driver, &source, json!({"mode": "replay"})).await;
+    let replayed = replayed["runId"].as_str().unwrap().to_owned();
+    assert_eq!(client.wait_terminal(&replayed, Duration::from_secs(10)).await["status"], "failed");
+    assert_eq!(server.requests_to("/charge").len(), 1, "a replay does not call the server again");
+    let charged = |events: &[Value]| {
+        events
+            .iter()
+            .find(|e| e["type"] == "node.completed" && e["nodeId"] == "charge")
+            .map(|e| e["payload"]["outputs"]["body"].clone())
+    };
+    assert_eq!(charged(&client.events(&replayed).await), charged(&client.events(&source).await));
+
+    // :redrive — a branch at the failed node: the charge is history, the failing node runs again.
+    let (status, redriven) = client.request("POST", &format!("/v1/runs/{source}:redrive"), Some(json!({}))).await;
+    assert_eq!(status, 201, "{redriven}");
+    assert_eq!(redriven["mode"], "branch");
+    let redriven_id = redriven["runId"].as_str().unwrap().to_owned();
+    client.wait_terminal(&redriven_id, Duration::from_secs(10)).await;
+    assert_eq!(server.requests_to("/charge").len(), 1, "a redrive keeps the history before the failed node");
+    let redriven_events = client.events(&redriven_id).await;
+    let fail_start =
+        client.events(&source).await.iter().find(|e| e["type"] == "node.started" && e["nodeId"] == "fail").unwrap()
+            ["sequence"]
+            .clone();
+    assert_eq!(redriven["fromSeq"], fail_start);
+    assert!(redriven_events.iter().any(|e| e["type"] == "node.failed" && e["nodeId"] == "fail"));
+    let (status, refused) = client.request("POST", &format!("/v1/runs/{replayed}:redrive"), Some(json!({}))).await;
+    assert_eq!(status, 201, "a failed replay can be redriven too: {refused}");
+
+    let branch = replay::fork(&mut driver, &source, json!({"mode": "branch", "fromSeq": 0})).await;
+    let branch = branch["runId"].as_str().unwrap().to_owned();
+    client.wait_terminal(&branch, Duration::from_secs(10)).await;
+    assert_eq!(server.requests_to("/charge").len(), 2, "a branch from 0 calls the server again");
+
+    // Deliveries: the source's two, the redrive's and the branch's (branches re-fire); none for the replay.
+    webhooks::wait_for(&mut driver, "the branch's deliveries", Duration::from_secs(10), || {
+        receiver.deliveries("/hooks").len() >= 2 + 2 * 2 + 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let runs: Vec<String> = receiver
+        .deliveries("/hooks")
+        .iter()
+        .map(|d| d.json()["runId"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(!runs.contains(&replayed), "a replay's events reached a webhook: {runs:?}");
+    assert!(runs.contains(&branch) && runs.contains(&redriven_id), "{runs:?}");
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_run_cannot_be_redriven_and_v2_forks_with_projected_ids() {
+    let (host, mut driver, _dir) = host(false).await;
+    let client = Client::new(format!("http://{}", host.addr), SEAM_KEY);
+    let source = client.create(json!({"workflowId": "conformance-noop"})).await;
+    client.wait_terminal(&source, Duration::from_secs(10)).await;
+    let (status, refused) = client.request("POST", &format!("/v1/runs/{source}:redrive"), Some(json!({}))).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("run_state_conflict")), "{refused}");
+
+    // The same from the command line.
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
+        .args(["runs", "fork", &source, "--mode", "branch", "--from-seq", "1", "--watch"])
+        .env("TRELLIS_URL", format!("http://{}", host.addr))
+        .env("TRELLIS_API_KEY", SEAM_KEY)
+        .env_remove("TRELLIS_CONFIG")
+        .output()
+        .await
+        .expect("trellis runs");
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{shown}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(shown.contains(&format!("branch fork of {source} from event 1")), "{shown}");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
+        .args(["runs", "redrive", &source])
+        .env("TRELLIS_URL", format!("http://{}", host.addr))
+        .env("TRELLIS_API_KEY", SEAM_KEY)
+        .env_remove("TRELLIS_CONFIG")
+        .output()
+        .await
+        .expect("trellis runs");
+    assert!(!output.status.success(), "a completed run is not redriven");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("run_state_conflict"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let http = reqwest::Client::new();
+    let projected = format!("default~2F{source}");
+    let response = http
+        .post(format!("http://{}/runs/{projected}:fork", host.addr))
+        .bearer_auth(SEAM_KEY)
+        .header("OpenWOP-Version", "2")
+        .json(&json!({"fromSeq": 0, "mode": "replay"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["sourceRunId"], format!("default/{source}"));
+    let fork_id = body["runId"].as_str().unwrap().strip_prefix("default/").expect("a v2 id").to_owned();
+    assert!(body["eventsUrl"].as_str().unwrap().starts_with("/runs/default~2F"), "{body}");
+    Runner::new(&mut driver).await_terminal(&fork_id).await;
+    let diff: Value = http
+        .get(format!("http://{}/runs/{projected}:diff?against=default~2F{fork_id}", host.addr))
+        .bearer_auth(SEAM_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(diff["a"], format!("default/{source}"), "{diff}");
+    let discovery: Value = http
+        .get(format!("http://{}/.well-known/openwop", host.addr))
+        .header("OpenWOP-Version", "2")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(discovery["replay"]["status"], "stable", "{}", discovery["replay"]);
+    assert!(discovery["replay"]["witness"].is_string());
+    host.stop().await;
+}
