@@ -299,7 +299,7 @@ impl Services {
                 event.event_type == types::NODE_DISPATCHED
                     && event.payload.get("childRunId").and_then(Value::as_str) == source_child.as_deref()
             });
-            if !dispatched.is_some_and(|event| event.sequence < link.from_seq) {
+            if dispatched.is_none_or(|event| event.sequence >= link.from_seq) {
                 return Ok(None);
             }
         }
