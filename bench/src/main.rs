@@ -12,6 +12,7 @@ mod error;
 mod fanout;
 mod fanout_shapes;
 mod follow;
+mod forks;
 mod host;
 mod procfs;
 mod report;
@@ -44,6 +45,9 @@ enum Mode {
     /// (forEach over noop and 20 ms delay children, parallel dispatch), maxConcurrency 50,
     /// each case on a freshly started host. Not part of `all`.
     FanOut,
+    /// `POST :fork` latency, time to terminal and host CPU per replay fork of a finished
+    /// chain-500 run (about 1,000 events), `--runs` forks one at a time. Not part of `all`.
+    Forks,
 }
 
 /// Benchmark an OpenWOP host (by default a `trellis serve` it starts).
@@ -172,6 +176,7 @@ async fn run(args: &Args) -> Fallible<(String, Value)> {
         let label = match mode {
             Mode::Snapshots => "snapshots",
             Mode::Rss => "rss",
+            Mode::Forks => "forks",
             Mode::FanOut => "fan-out",
             _ => "throughput",
         };
@@ -210,6 +215,11 @@ async fn run(args: &Args) -> Fallible<(String, Value)> {
                 let rows = snapshots::measure(&host, args.clients, args.reads).await?;
                 report::snapshots_table(&mut text, &rows);
                 section["figures"] = report::snapshots_json(&rows);
+            }
+            Mode::Forks => {
+                let measured = forks::measure(&host, args.runs).await?;
+                forks::table(&mut text, &measured);
+                section["figures"] = forks::to_json(&measured);
             }
             Mode::Rss => {
                 let quiet = Duration::from_secs_f64(args.quiet_secs.max(0.0));
