@@ -255,3 +255,35 @@ async fn with_a_public_url_the_task_links_keep_its_path_and_carry_the_absolute_u
         trellis::args::ServeArgs::try_parse_from(["serve", "--public-url", "https://trellis.example/v"]).unwrap();
     assert!(parsed.public_url.is_some());
 }
+
+#[tokio::test]
+async fn a_replay_fork_notifies_no_worker_and_a_branch_does() {
+    let host = start(serve_args(None)).await;
+    let client = Client::new(format!("http://{}", host.addr), KEY);
+    let receiver = CallbackReceiver::start(vec![Reply::status(200)]).await;
+    let settings = json!({"notifyUrl": receiver.url()});
+    register(&client, workflow("cb-fork", settings, 60_000)).await;
+    let run_id = client.create(json!({"workflowId": "cb-fork"})).await;
+    let tasks = receiver.wait_for(1, WITHIN).await;
+    let (status, answer) =
+        resolve(&client, tasks[0]["token"].as_str().unwrap(), json!({"eventPayload": {"job": "j-1"}})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(client.wait_terminal(&run_id, WITHIN).await["status"], "completed");
+
+    // A replay reaches the external-event node again (interrupts are not short-circuited) and
+    // waits there, but tells nobody: notifying the worker is a side effect of the source.
+    let (status, replay) =
+        client.request("POST", &format!("/v1/runs/{run_id}:fork"), Some(json!({"mode": "replay"}))).await;
+    assert_eq!(status, 201, "{replay}");
+    let replay_id = replay["runId"].as_str().unwrap().to_owned();
+    let waiting = client.wait_status(&replay_id, "waiting-external", WITHIN).await;
+    assert_eq!(waiting["status"], "waiting-external");
+    let (status, branch) =
+        client.request("POST", &format!("/v1/runs/{run_id}:fork"), Some(json!({"mode": "branch", "fromSeq": 0}))).await;
+    assert_eq!(status, 201, "{branch}");
+    let notified = receiver.wait_for(2, WITHIN).await;
+    assert_eq!(notified[1]["runId"], branch["runId"], "the branch notifies; the replay did not: {notified:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.requests().len(), 2);
+    host.stop().await;
+}

@@ -4,7 +4,8 @@
 //! The POST is tried [`Callbacks::attempts`] times with a doubling backoff while the
 //! occurrence stays pending, then given up with a warning: the interrupt itself is never
 //! touched here (its timeout or `heartbeatMs` decides), so a failed or repeated notify cannot
-//! duplicate it. The body carries the token: nothing of it is logged.
+//! duplicate it. The body carries the token: nothing of it is logged. A `replay` fork
+//! notifies nobody (its side effects are the source's, see [`trellis_core::replay`]).
 
 use tracing::{debug, warn};
 use trellis_core::interrupt::callback::{prepare, Callbacks, NOTIFY_TIMEOUT_MS};
@@ -30,6 +31,10 @@ pub(crate) async fn notify(
     let mut delay = *backoff_ms;
     for attempt in 1..=(*attempts).max(1) {
         let Some(run) = services.store.load_run(&task.run_id).await? else { return Ok(TaskResult::Ignored) };
+        if run.replay.as_ref().is_some_and(|link| !link.delivers_events()) {
+            debug!(run_id = %task.run_id, node = node_id, "a replay fork performs nothing: no worker is notified");
+            return Ok(TaskResult::Ignored);
+        }
         let workflow = services.pinned_workflow(&run).await?;
         let now = services.clock.now();
         let Some(notify) = prepare(signer, public_url.as_ref(), &workflow, &run, node_id, interrupt_id, now) else {
