@@ -208,7 +208,7 @@ async fn every_parked_run_finishes(fixture: &Fixture) {
     host.stop().await;
 
     // The migrated file opens again (the host released it) with the host records of layout 6
-    // in place, and closing it checkpoints the write-ahead log, so the header holds the layout
+    // and the incremental auto-vacuum of layout 7 in place, and closing it checkpoints the write-ahead log, so the header holds the layout
     // the open wrote.
     let store = trellis_store_sqlite::SqliteStore::open(&db).expect("the migrated database reopens");
     {
@@ -216,6 +216,7 @@ async fn every_parked_run_finishes(fixture: &Fixture) {
         let written = store.put_record("migration", "check", "k", &json!({"ok": true}), None, Expect::Absent, 1).await;
         assert_eq!(written, Ok(1), "host records after the migration");
     }
+    assert_eq!(store.auto_vacuum_mode().unwrap(), 2, "layout 7 vacuumed the file into incremental auto-vacuum");
     drop(store);
     assert!(!dir.path().join("trellis.db-wal").exists(), "the write-ahead log is checkpointed at close");
     let layout = header_user_version(&db);

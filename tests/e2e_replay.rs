@@ -240,3 +240,55 @@ async fn a_completed_run_cannot_be_redriven_and_v2_forks_with_projected_ids() {
     assert!(discovery["replay"]["witness"].is_string());
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_delete_and_prune_and_the_sweeper_removes_expired_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = serve_args(Some(dir.path()));
+    args.keys_file = Some(write_keys_file(dir.path(), &[(SEAM_KEY, "default", &["*"])]));
+    args.sweep_interval_ms = 100;
+    let host = start(args).await;
+    let mut driver = HttpDriver::new(format!("http://{}", host.addr), SEAM_KEY);
+    let expired = replay::retention_scenario(&mut driver).await;
+
+    // The same from the command line.
+    let trellis = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"));
+        command
+            .args(args)
+            .env("TRELLIS_URL", format!("http://{}", host.addr))
+            .env("TRELLIS_API_KEY", SEAM_KEY)
+            .env_remove("TRELLIS_CONFIG");
+        command
+    };
+    let client = Client::new(format!("http://{}", host.addr), SEAM_KEY);
+    let run = client.create(json!({"workflowId": "prune-chain"})).await;
+    client.wait_terminal(&run, Duration::from_secs(10)).await;
+    let output =
+        trellis(&["runs", "prune", "--workflow", "prune-chain", "--keep", "0", "--dry-run"]).output().await.unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && shown.contains(&run) && shown.contains("would delete 3 runs"), "{shown}");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let output = trellis(&["runs", "prune", "--workflow", "prune-chain", "--keep", "0", "--older-than", "1s"])
+        .output()
+        .await
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && shown.contains("deleted 3 runs"), "{shown}");
+    let kept = client.create(json!({"workflowId": "retention-kept"})).await;
+    client.wait_terminal(&kept, Duration::from_secs(10)).await;
+    let output = trellis(&["runs", "delete", &kept]).output().await.unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && shown.contains("deleted (1 runs"),
+        "{shown}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    host.stop().await;
+
+    // The sweeper deleted the expired run's rows, not only hid them.
+    let store = trellis_store_sqlite::SqliteStore::open(&dir.path().join("trellis.db")).unwrap();
+    use trellis_core::ports::RunStore;
+    assert_eq!(store.load_run(&expired).await.unwrap(), None, "the sweeper removed the run past its retention");
+    assert!(store.events_after(&expired, None, 10).await.unwrap().is_empty(), "and its log");
+}

@@ -15,6 +15,7 @@ mod follow;
 mod forks;
 mod host;
 mod procfs;
+mod prune;
 mod report;
 mod rss;
 mod scenarios;
@@ -48,6 +49,9 @@ enum Mode {
     /// `POST :fork` latency, time to terminal and host CPU per replay fork of a finished
     /// chain-500 run (about 1,000 events), `--runs` forks one at a time. Not part of `all`.
     Forks,
+    /// Runs deleted per second by `POST /v1/runs:prune` of `--runs` finished chain-10 runs,
+    /// and host CPU per deleted run. Not part of `all`.
+    Prune,
 }
 
 /// Benchmark an OpenWOP host (by default a `trellis serve` it starts).
@@ -177,6 +181,7 @@ async fn run(args: &Args) -> Fallible<(String, Value)> {
             Mode::Snapshots => "snapshots",
             Mode::Rss => "rss",
             Mode::Forks => "forks",
+            Mode::Prune => "prune",
             Mode::FanOut => "fan-out",
             _ => "throughput",
         };
@@ -215,6 +220,11 @@ async fn run(args: &Args) -> Fallible<(String, Value)> {
                 let rows = snapshots::measure(&host, args.clients, args.reads).await?;
                 report::snapshots_table(&mut text, &rows);
                 section["figures"] = report::snapshots_json(&rows);
+            }
+            Mode::Prune => {
+                let pruned = prune::measure(&host, args.clients, args.runs).await?;
+                prune::table(&mut text, &pruned);
+                section["figures"] = prune::to_json(&pruned);
             }
             Mode::Forks => {
                 let measured = forks::measure(&host, args.runs).await?;

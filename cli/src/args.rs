@@ -355,6 +355,34 @@ pub enum RunsCommand {
         #[arg(long)]
         watch: bool,
     },
+    /// Delete a run that has ended, with its child runs (--force cancels a live one first).
+    Delete {
+        /// The run id.
+        run_id: String,
+        /// Cancel the run first if it has not ended.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete ended runs: the newest --keep stay, and of the rest those matching
+    /// --older-than, --status and --workflow go (with no --keep or --older-than, the newest
+    /// 50 stay). --dry-run lists them and deletes nothing.
+    Prune {
+        /// Only runs that ended longer ago than this: `7d`, `24h`, `90m`.
+        #[arg(long, value_name = "DURATION")]
+        older_than: Option<String>,
+        /// Keep the newest N ended runs.
+        #[arg(long)]
+        keep: Option<u64>,
+        /// Only runs with this status (completed, failed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// List what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Watch a run live until it ends; the exit code follows its final status.
     #[command(after_help = WATCH_AFTER_HELP)]
     Watch {
@@ -590,6 +618,14 @@ pub struct ServeArgs {
     /// keeps the URL's path. Absolute http(s), no query or fragment (see docs/callbacks.md).
     #[arg(long, env = "TRELLIS_PUBLIC_URL", value_name = "URL", value_parser = parse_public_url)]
     pub public_url: Option<trellis_core::interrupt::callback::PublicUrl>,
+    /// How long a run is kept after it ends when neither its request
+    /// (`configurable.retention`) nor its workflow (`settings.retention`) says: `30d`, `12h`,
+    /// `90m`, `45s`. Unset: runs are kept until deleted (`trellis runs delete|prune`).
+    #[arg(long, env = "TRELLIS_RETENTION", value_name = "DURATION", value_parser = parse_retention)]
+    pub retention: Option<u64>,
+    /// How often the sweeper deletes the runs past their retention, in milliseconds.
+    #[arg(long, env = "TRELLIS_SWEEP_INTERVAL_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(10..))]
+    pub sweep_interval_ms: u64,
     /// Model providers for `core.ai.callPrompt`.
     #[command(flatten)]
     pub ai: AiArgs,
@@ -640,6 +676,10 @@ impl IntegrationArgs {
 }
 
 /// `--public-url`: checked at start, the error naming the setting.
+fn parse_retention(text: &str) -> Result<u64, String> {
+    trellis_core::retention::parse(&serde_json::Value::String(text.to_owned()))
+}
+
 fn parse_public_url(text: &str) -> Result<trellis_core::interrupt::callback::PublicUrl, String> {
     trellis_core::interrupt::callback::PublicUrl::parse("--public-url (TRELLIS_PUBLIC_URL)", text)
 }

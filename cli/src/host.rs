@@ -228,6 +228,7 @@ impl EmbeddedHost {
         let limits = HostLimits {
             max_node_executions: args.max_node_executions,
             max_run_duration_ms: args.max_run_duration_ms,
+            default_retention_ms: args.retention,
             ..HostLimits::default()
         };
         let notifier = Arc::new(LocalNotifier::default());
@@ -275,8 +276,10 @@ impl EmbeddedHost {
         };
         let stop_worker = stop.clone();
         let tick_ms = args.integration.scheduler_tick_ms;
+        let sweep_ms = args.sweep_interval_ms;
         let spawn_worker = move || {
             tokio::spawn(schedule_loop(services.clone(), tick_ms, stop_worker.clone()));
+            tokio::spawn(crate::sweep::sweep_loop(services.clone(), store.clone(), sweep_ms, stop_worker.clone()));
             tokio::spawn(run_loop(services, store, notifier, worker_options, stop_worker))
         };
         let (worker, held): (_, Option<HeldWorker>) =

@@ -51,6 +51,8 @@ pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
         secrets_file: None,
         secrets_from_env: false,
         public_url: None,
+        retention: None,
+        sweep_interval_ms: 60_000,
         ai: Default::default(),
         integration: Default::default(),
     }

@@ -59,6 +59,41 @@ pub async fn run(api: &Api, out: Out, command: &RunsCommand) -> Result<Exit, Cli
             let forked = api.send(Method::POST, &path, Some(&json!({})), &[]).await?;
             started_fork(api, out, &forked, *watch).await
         }
+        RunsCommand::Delete { run_id, force } => {
+            let query = if *force { "?force=true" } else { "" };
+            let deleted = api.send(Method::DELETE, &format!("/v1/runs/{}{query}", encode(run_id)), None, &[]).await?;
+            if out.json() {
+                print_json(&deleted);
+            } else {
+                let count = deleted["deleted"].as_array().map_or(0, Vec::len);
+                say!("{run_id}: deleted ({count} runs with its children, {} bytes)", deleted["bytes"]);
+            }
+            Ok(Exit::Success)
+        }
+        RunsCommand::Prune { older_than, keep, status, workflow, dry_run } => {
+            let mut body = json!({ "dryRun": dry_run });
+            if let Some(text) = older_than {
+                let ms = trellis_core::retention::parse(&json!(text))
+                    .map_err(|message| ClientError::Input(format!("--older-than: {message}")))?;
+                body["olderThanDays"] = json!(ms as f64 / trellis_core::retention::DAY_MS as f64);
+            }
+            if let Some(keep) = keep {
+                body["keep"] = json!(keep);
+            }
+            if let Some(status) = status {
+                body["status"] = json!(status);
+            }
+            if let Some(workflow) = workflow {
+                body["workflowId"] = json!(workflow);
+            }
+            let report = api.send(Method::POST, "/v1/runs:prune", Some(&body), &[]).await?;
+            if out.json() {
+                print_json(&report);
+            } else {
+                print_prune(&report);
+            }
+            Ok(Exit::Success)
+        }
         RunsCommand::Cancel { run_id, reason } => {
             let body = reason_body(reason.as_deref());
             control(api, out, &format!("/v1/runs/{run_id}/cancel"), body, "cancel requested").await
@@ -362,6 +397,38 @@ async fn last_sequence(api: &Api, run_id: &str) -> Result<Option<u64>, ClientErr
 }
 
 /// A diff for people: where the runs part, then one row per differing event.
+fn print_prune(report: &Value) {
+    let rows: Vec<Vec<String>> = report["candidates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|run| {
+            vec![
+                text(run, "runId"),
+                text(run, "workflowId"),
+                text(run, "status"),
+                text(run, "endedAt"),
+                run["bytes"].to_string(),
+            ]
+        })
+        .collect();
+    let listed = rows.len();
+    if !rows.is_empty() {
+        print_table(&["RUN", "WORKFLOW", "STATUS", "ENDED", "BYTES"], rows);
+    }
+    let verb = if report["dryRun"] == true { "would delete" } else { "deleted" };
+    let count = if report["dryRun"] == true { listed.to_string() } else { report["deleted"].to_string() };
+    say!(
+        "{verb} {count} runs ({} bytes); kept {} (the newest {} and every run still going)",
+        report["bytes"],
+        report["protectedRuns"],
+        report["keep"]
+    );
+    if report["truncated"] == true {
+        say!("more runs match: prune again");
+    }
+}
+
 fn print_diff(diff: &Value) {
     match diff["divergedAtSeq"].as_u64() {
         None => say!("{} and {} do not differ", text(diff, "a"), text(diff, "b")),

@@ -47,7 +47,8 @@ pub struct Settings {
     pub dispatcher_timeout_ms: u64,
     /// Limits (`TRELLIS_MAX_NODE_EXECUTIONS`, `TRELLIS_MAX_RUN_DURATION_MS`).
     pub limits: HostLimits,
-    /// `TRELLIS_RETENTION_DAYS` (default 30): how long a run's items are kept.
+    /// `TRELLIS_RETENTION_DAYS` (default 30, 1 to 3,650): how long a run is kept after it
+    /// ends when neither its request nor its workflow says (see `trellis_core::retention`).
     pub retention_days: u64,
     /// `TRELLIS_DELTA_PAGES` (`on` by default, or `off`): whether a step's page may carry
     /// only what it changed. `off` writes every commit whole (still reading delta pages): the
@@ -199,6 +200,13 @@ impl Settings {
             });
         }
         let max_run_duration_ms = number(lookup, "TRELLIS_MAX_RUN_DURATION_MS", defaults.max_run_duration_ms)?;
+        let retention_days: u64 = number(lookup, "TRELLIS_RETENTION_DAYS", 30u64)?;
+        if !(1..=trellis_core::retention::MAX_RETENTION_DAYS).contains(&retention_days) {
+            return Err(SettingsError::Invalid {
+                name: "TRELLIS_RETENTION_DAYS",
+                reason: format!("must be from 1 to {}", trellis_core::retention::MAX_RETENTION_DAYS),
+            });
+        }
         if !(1000..=trellis_core::limits::MAX_RUN_DURATION_MS).contains(&max_run_duration_ms) {
             return Err(SettingsError::Invalid {
                 name: "TRELLIS_MAX_RUN_DURATION_MS",
@@ -222,7 +230,7 @@ impl Settings {
             completion_queue_url: required(lookup, "TRELLIS_COMPLETION_QUEUE_URL")?,
             max_receive_count,
             dispatcher_timeout_ms,
-            retention_days: number(lookup, "TRELLIS_RETENTION_DAYS", 30)?,
+            retention_days,
             delta_pages: switch(lookup, "TRELLIS_DELTA_PAGES", true)?,
             callback_secret: lookup("TRELLIS_CURSOR_SECRET").filter(|secret| !secret.trim().is_empty()),
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
@@ -244,6 +252,7 @@ impl Settings {
                 max_request_body_bytes: defaults.max_request_body_bytes,
                 // An activity attempt runs inside one dispatcher invocation.
                 max_attempt_ms: dispatcher_timeout_ms.saturating_sub(COMMIT_MARGIN_MS),
+                default_retention_ms: Some(retention_days.saturating_mul(trellis_core::retention::DAY_MS)),
             },
         })
     }

@@ -381,3 +381,14 @@ async fn forks_hold_every_row_and_fail_unreached_effects_closed() {
     trellis_testkit::replay::fork_rows(&mut AwsDriver(&mut aws)).await;
     trellis_testkit::replay::unreached_effect_fails_closed(&mut AwsDriver(&mut aws)).await;
 }
+
+/// Retention, delete and prune on the emulated stack: a run past its retention is gone from
+/// reads, lists and diffs and its fork is `410 history_expired`; delete with and without
+/// force, a parent with its child; a prune preview equals what the prune deletes.
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn retention_delete_and_prune_hold_on_dynamodb() {
+    require_emulators();
+    let mut aws = stack().await;
+    trellis_testkit::replay::retention_scenario(&mut AwsDriver(&mut aws)).await;
+}

@@ -22,6 +22,7 @@
 //!   the state; each vote stored by voter), signed interrupt tokens;
 //! - [`bus`]: run events published to an event bus as CloudEvents (EventBridge on AWS);
 //! - [`replay`]: forks — the link to the source, recorded outcomes, divergence;
+//! - [`retention`]: how long a run is kept after it ends, and what goes with it;
 //! - [`ports`]: the traits the adapters implement (stores, effect sink and local queue, host
 //!   settings, clock, ids, commit notifier);
 //! - [`secrets`]: the secret-resolver port (`credentialsRef` → cleartext for one call), the
@@ -52,6 +53,7 @@ pub mod nodes;
 pub mod orchestrator;
 pub mod ports;
 pub mod replay;
+pub mod retention;
 pub mod run;
 pub mod schedule;
 pub mod schema;

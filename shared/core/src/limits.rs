@@ -30,6 +30,9 @@ pub struct HostLimits {
     /// dispatcher's timeout less a commit margin). A definition asking for more is refused
     /// at registration (`attempt_timeout`).
     pub max_attempt_ms: u64,
+    /// How long a run is kept after it ends when neither its request nor its workflow says
+    /// (`None`: until deleted; see [`crate::retention`]).
+    pub default_retention_ms: Option<u64>,
 }
 
 impl Default for HostLimits {
@@ -39,6 +42,7 @@ impl Default for HostLimits {
             max_run_duration_ms: 86_400_000,
             max_request_body_bytes: 262_144,
             max_attempt_ms: 3_600_000,
+            default_retention_ms: None,
         }
     }
 }

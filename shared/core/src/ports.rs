@@ -246,6 +246,19 @@ pub trait RunStore: Send + Sync {
         after: Option<&RunPosition>,
         limit: usize,
     ) -> Result<Vec<RunState>, StoreError>;
+    /// Deletes run `run_id` and everything kept for it — its log, its node, variable and
+    /// slot records, its votes, its queued tasks — and answers how many bytes it stored
+    /// ([`RunStore::run_bytes`]; `0` for a run that is gone: deleting twice is harmless). Its
+    /// child runs are separate runs, deleted by their own calls.
+    async fn delete_run(&self, run_id: &str) -> Result<u64, StoreError>;
+    /// How many bytes run `run_id` stores (its documents and log as stored), as
+    /// [`RunStore::delete_run`] counts them; `0` for a run that is gone.
+    async fn run_bytes(&self, run_id: &str) -> Result<u64, StoreError>;
+    /// Gives the space of deleted runs back to the file system (SQLite: an incremental vacuum
+    /// and a WAL checkpoint); nothing where the database does it (DynamoDB).
+    async fn reclaim_space(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Filters of a run listing.

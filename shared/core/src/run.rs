@@ -560,9 +560,19 @@ impl RunState {
 
     /// When the run's retention ran out, if it has by `now`: it ended and was kept its
     /// `retention_ms` since. Such a run reads as gone and is removed by the next sweep.
+    /// A child run never expires on its own: it goes with its parent.
     pub fn expired_at(&self, now: Millis) -> Option<Millis> {
-        let until = self.ended_at?.checked_add(self.retention_ms?)?;
+        let until = self.retains_until()?;
         (until <= now).then_some(until)
+    }
+
+    /// Until when the run is kept: its end plus its retention (a top-level run that ended
+    /// and has one).
+    pub fn retains_until(&self) -> Option<Millis> {
+        if self.parent.is_some() {
+            return None;
+        }
+        self.ended_at?.checked_add(self.retention_ms?)
     }
 
     /// The node the run waits at (the snapshot's `currentNodeId`): the one holding a pending

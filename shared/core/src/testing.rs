@@ -8,6 +8,7 @@ pub mod activity;
 mod fanout;
 mod host_records;
 mod races;
+mod removal;
 mod retention;
 pub mod votes;
 
@@ -85,6 +86,7 @@ pub async fn store_contract(store: Arc<dyn Store>) {
     host_settings_round_trip(store.clone()).await;
     fanout::fan_out_records_round_trip(store.clone()).await;
     host_records::host_records_round_trip(store.clone()).await;
+    removal::deleting_a_run_leaves_nothing_of_it(store.clone()).await;
     crash_points_lose_and_duplicate_nothing(store).await;
 }
 

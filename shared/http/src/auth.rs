@@ -22,6 +22,8 @@ pub enum Scope {
     RunsRead,
     /// Cancelling runs.
     RunsCancel,
+    /// Deleting and pruning runs (host extension).
+    RunsDelete,
     /// Reading workflow definitions.
     ManifestRead,
     /// Registering workflow definitions (host extension).
@@ -43,6 +45,7 @@ impl Scope {
             Self::RunsCreate => "runs:create",
             Self::RunsRead => "runs:read",
             Self::RunsCancel => "runs:cancel",
+            Self::RunsDelete => "runs:delete",
             Self::ManifestRead => "manifest:read",
             Self::WorkflowsWrite => "workflows:write",
             Self::ApprovalsRespond => "approvals:respond",
@@ -52,10 +55,11 @@ impl Scope {
     }
 
     /// Every scope this host checks.
-    pub const ALL: [Scope; 8] = [
+    pub const ALL: [Scope; 9] = [
         Self::RunsCreate,
         Self::RunsRead,
         Self::RunsCancel,
+        Self::RunsDelete,
         Self::ManifestRead,
         Self::WorkflowsWrite,
         Self::ApprovalsRespond,

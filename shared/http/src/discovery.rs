@@ -105,6 +105,11 @@ impl Discovery {
         });
         document["runs"] = json!({
             "pauseResume": { "supported": true, "drainPolicies": ["immediate", "drain-current-node"] },
+            // Host extensions (docs/retention.md): `DELETE /v1/runs/{id}`, `POST /v1/runs:prune`,
+            // and the retention a run gets when neither its request nor its workflow sets one.
+            "delete": true,
+            "prune": true,
+            "defaultRetentionMs": limits.default_retention_ms,
         });
         // Forks (replay §6): both modes; in a replay every activity — the one seam where a
         // call leaves the host — resolves the source's recorded outcome or fails closed

@@ -74,7 +74,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/openapi.json", get(discovery::openapi))
         .route("/v1/runs", post(routes::runs::create).get(routes::list::list))
         .route("/v1/runs:bulk-cancel", post(routes::runs::bulk_cancel))
-        .route("/v1/runs/{run_id}", get(routes::runs::snapshot).post(routes::runs::custom_method))
+        .route("/v1/runs:prune", post(routes::retention::prune))
+        .route(
+            "/v1/runs/{run_id}",
+            get(routes::runs::snapshot).post(routes::runs::custom_method).delete(routes::retention::delete),
+        )
         .route("/v1/runs/{run_id}/cancel", post(routes::runs::cancel))
         .route("/v1/runs/{run_id}/events", get(routes::stream::events))
         .route("/v1/runs/{run_id}/events/poll", get(routes::events::poll))

@@ -25,6 +25,7 @@ mod host_records;
 mod hot;
 mod outbox;
 mod reads;
+mod removal;
 pub(crate) mod slots;
 mod transact;
 pub use outbox::UnsentPage;
@@ -90,16 +91,20 @@ impl DynamoStore {
         self
     }
 
-    /// Keeps each run's items for `days` after the run's creation: every item of a run carries
-    /// the same `expires_at` (the table's TTL attribute), so they expire together, and a read
-    /// treats an expired run as gone even before DynamoDB deletes it.
+    /// Keeps the items of a run without a retention of its own `days` past the latest it can
+    /// end: every item of a run carries the same `expires_at` (the table's TTL attribute), so
+    /// they expire together, and a read treats an expired run as gone even before DynamoDB
+    /// deletes it.
     pub fn with_retention_days(mut self, days: u64) -> Self {
         self.retention_ms = days * 86_400_000;
         self
     }
 
+    /// The TTL of every item of `run`: its creation plus its duration limit (the latest it can
+    /// end) plus its retention (this store's for a run without one), in epoch seconds.
     fn expires_at(&self, run: &RunState) -> u64 {
-        run.created_at.saturating_add(self.retention_ms) / 1000
+        let retention = run.retention_ms.unwrap_or(self.retention_ms);
+        run.created_at.saturating_add(run.limits.run_duration_ms).saturating_add(retention) / 1000
     }
 
     /// The request units this store has used so far (see [`Meter`]).
@@ -299,6 +304,14 @@ impl WorkflowStore for DynamoStore {
 
 #[async_trait]
 impl RunStore for DynamoStore {
+    async fn delete_run(&self, run_id: &str) -> Result<u64, StoreError> {
+        self.remove_run(run_id).await
+    }
+
+    async fn run_bytes(&self, run_id: &str) -> Result<u64, StoreError> {
+        self.stored_bytes(run_id).await
+    }
+
     async fn create_run(
         &self,
         run: &RunState,

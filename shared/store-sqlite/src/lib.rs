@@ -6,7 +6,7 @@
 //! | table         | holds                                                                 |
 //! |---------------|-----------------------------------------------------------------------|
 //! | `workflows`   | definition documents by `(namespace, workflow_id, content_hash)`        |
-//! | `runs`        | one row per run: the state's header, its edge letters, version, tenant and status |
+//! | `runs`        | one row per run: the state's header, its edge letters, version, tenant, status and until when it is kept |
 //! | `run_nodes`   | each run's node states by `(run_id, node_id)`                          |
 //! | `run_variables` | each run's variables by `(run_id, name)`                             |
 //! | `event_pages` | the append-only event log: each commit's events as pages of up to 64, by `(run_id, first_sequence)` |
@@ -24,14 +24,18 @@
 //! directory, so at open every task lease and every pending idempotency claim of a previous
 //! (crashed) process is released, and finished idempotency records past the retention are
 //! deleted (later, a bounded batch per claim), as are lapsed host records (later, a bounded
-//! batch per record put). [`RowUsage`] counts the rows each operation
-//! touches.
+//! batch per record put). A deleted run's rows go in one write ([`SqliteStore::delete_run`]
+//! through the group commit); the file is kept in `auto_vacuum = INCREMENTAL`, so
+//! `reclaim_space` gives the freed pages back, and [`SqliteStore::expired_runs`] lists the
+//! runs whose retention ran out for the host's sweeper. [`RowUsage`] counts the rows each
+//! operation touches.
 
 mod batch;
 mod cache;
 mod host_records;
 mod pages;
 mod records;
+mod removal;
 mod schema;
 mod store;
 mod usage;

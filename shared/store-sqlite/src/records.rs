@@ -55,6 +55,9 @@ pub(crate) struct RunRows {
     status: &'static str,
     version: u64,
     created_at: u64,
+    /// Until when a top-level run that ended is kept (its end plus its retention), indexed
+    /// for the sweeper; `NULL` for a run kept until deleted.
+    retains_until: Option<u64>,
     header: String,
     edges: String,
     /// Every node and variable row is rewritten (the run's other rows deleted first).
@@ -78,6 +81,7 @@ impl RunRows {
             status: run.status.as_str(),
             version: run.version,
             created_at: run.created_at,
+            retains_until: run.retains_until(),
             header: to_json(&run.header())?,
             edges: encode_edges(&run.edges),
             all: changes.all,
@@ -104,8 +108,8 @@ impl RunRows {
     pub(crate) fn insert(&self, connection: &Connection) -> Result<Written, StoreError> {
         connection
             .prepare_cached(
-                "INSERT INTO runs (run_id, tenant, workflow_id, status, version, created_at, state, edges)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO runs (run_id, tenant, workflow_id, status, version, created_at, state, edges, retains_until)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )
             .map_err(unavailable)?
             .execute(params![
@@ -116,7 +120,8 @@ impl RunRows {
                 self.version,
                 self.created_at,
                 self.header,
-                self.edges
+                self.edges,
+                self.retains_until
             ])
             .map_err(unavailable)?;
         let records = self.write_records(connection)?;
@@ -128,10 +133,19 @@ impl RunRows {
     pub(crate) fn update(&self, connection: &Connection, expected_version: u64) -> Result<Option<Written>, StoreError> {
         let updated = connection
             .prepare_cached(
-                "UPDATE runs SET status = ?1, version = ?2, state = ?3, edges = ?4 WHERE run_id = ?5 AND version = ?6",
+                "UPDATE runs SET status = ?1, version = ?2, state = ?3, edges = ?4, retains_until = ?7
+                 WHERE run_id = ?5 AND version = ?6",
             )
             .map_err(unavailable)?
-            .execute(params![self.status, self.version, self.header, self.edges, self.run_id, expected_version])
+            .execute(params![
+                self.status,
+                self.version,
+                self.header,
+                self.edges,
+                self.run_id,
+                expected_version,
+                self.retains_until
+            ])
             .map_err(unavailable)?;
         if updated == 0 {
             return Ok(None);

@@ -2,7 +2,7 @@
 
 /// The layout version this build writes (`PRAGMA user_version`). A database of an older
 /// version is migrated at open ([`MIGRATIONS`]); a newer one is refused rather than misread.
-pub(crate) const SCHEMA_VERSION: i64 = 6;
+pub(crate) const SCHEMA_VERSION: i64 = 7;
 
 /// The `votes` table (layout 3): one row per `(run, interrupt occurrence, voter)`.
 const VOTES: &str = "
@@ -71,14 +71,33 @@ pub(crate) enum Step {
 /// refuse it too. Version 5 stores the events a commit appends as pages, a row per up to 64
 /// events instead of a row per event (see `pages`); older builds refuse it. Version 6 adds the
 /// host records (`records`, see `host_records`); older builds refuse it too (they would not
-/// know the records a host keeps there).
+/// know the records a host keeps there). Version 7 records until when each run is kept
+/// (`retains_until`) and keeps the file in `auto_vacuum = INCREMENTAL`; older builds refuse it
+/// (they would not keep `retains_until` up to date).
 pub(crate) const MIGRATIONS: &[(i64, Step)] = &[
     (1, Step::Sql("ALTER TABLE events ADD COLUMN causation INTEGER;")),
     (2, Step::Sql(VOTES)),
     (3, Step::Convert(crate::records::split_state_documents)),
     (4, Step::Convert(crate::pages::convert_event_rows)),
     (5, Step::Sql(HOST_RECORDS)),
+    (6, Step::Convert(add_retains_until)),
 ];
+
+/// Layout 7: until when each ended run is kept (see `trellis_core::retention`; the sweeper
+/// reads it). A `runs` table rebuilt by an earlier step of the same migration has it already.
+/// The same layout turns `auto_vacuum` to `INCREMENTAL` (a one-time `VACUUM` at open, see
+/// `removal::ensure_incremental_vacuum`) so that deleted runs give their pages back.
+fn add_retains_until(connection: &rusqlite::Connection) -> Result<(), trellis_core::StoreError> {
+    let unavailable = |error: rusqlite::Error| trellis_core::StoreError::Unavailable(error.to_string());
+    let has = connection
+        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'retains_until'")
+        .and_then(|mut query| query.exists([]))
+        .map_err(unavailable)?;
+    if !has {
+        connection.execute_batch("ALTER TABLE runs ADD COLUMN retains_until INTEGER;").map_err(unavailable)?;
+    }
+    Ok(())
+}
 
 /// The base tables; every statement is idempotent.
 const DDL: &str = "
@@ -100,7 +119,8 @@ CREATE TABLE IF NOT EXISTS runs (
     version     INTEGER NOT NULL,
     created_at  INTEGER NOT NULL,
     state       TEXT    NOT NULL,
-    edges       TEXT    NOT NULL DEFAULT ''
+    edges       TEXT    NOT NULL DEFAULT '',
+    retains_until INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at, run_id);
 CREATE INDEX IF NOT EXISTS workflows_by_seq ON workflows (namespace, workflow_id, seq);

@@ -145,11 +145,16 @@ impl SqliteStore {
                 "the database has layout version {found}; this build reads version {SCHEMA_VERSION} and older"
             )));
         }
+        if found == 0 {
+            // A new file: incremental vacuum from its first page on (no VACUUM needed).
+            connection.execute_batch("PRAGMA auto_vacuum = INCREMENTAL;").map_err(unavailable)?;
+        }
         if found != 0 && found < SCHEMA_VERSION {
             migrate(&connection, found)?;
         }
         connection.execute_batch(&ddl()).map_err(unavailable)?;
         connection.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(unavailable)?;
+        crate::removal::ensure_incremental_vacuum(&connection)?;
         // Taking the write lock here makes a second process on the same file fail at open.
         connection.execute("UPDATE tasks SET leased_until = NULL", []).map_err(unavailable)?;
         // The data directory is held by one process at a time, so every claim still pending
@@ -192,6 +197,17 @@ impl SqliteStore {
             self.counters.read(read.0, read.1);
             run
         }))
+    }
+
+    /// Up to `limit` runs whose retention ran out by `now`, oldest first: what the host's
+    /// sweeper deletes (`trellis_core::retention`).
+    pub fn expired_runs(&self, now: Millis, limit: usize) -> Result<Vec<String>, StoreError> {
+        crate::removal::expired(&self.lock(), now, limit)
+    }
+
+    /// The database file's `auto_vacuum` mode (2: incremental), for the layout tests.
+    pub fn auto_vacuum_mode(&self) -> Result<i64, StoreError> {
+        self.lock().query_row("PRAGMA auto_vacuum", [], |row| row.get(0)).map_err(unavailable)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -412,7 +428,7 @@ impl RunStore for SqliteStore {
             Answer::Done => {}
             Answer::Existing(record) => return Ok(CreateResult::Existing(record)),
             Answer::Conflict => return Err(StoreError::Conflict),
-            Answer::Version(_) | Answer::Deleted(_) => return Err(record_answer()),
+            Answer::Version(_) | Answer::Deleted(_) | Answer::Freed(_) => return Err(record_answer()),
         }
         Ok(CreateResult::Created)
     }
@@ -488,7 +504,7 @@ impl RunStore for SqliteStore {
         match self.writer.write(write).await? {
             Answer::Done => {}
             Answer::Conflict | Answer::Existing(_) => return Err(StoreError::Conflict),
-            Answer::Version(_) | Answer::Deleted(_) => return Err(record_answer()),
+            Answer::Version(_) | Answer::Deleted(_) | Answer::Freed(_) => return Err(record_answer()),
         }
         Ok(())
     }
@@ -622,6 +638,21 @@ impl RunStore for SqliteStore {
             effects.push(serde_json::from_str(&row.map_err(unavailable)?).map_err(corrupt)?);
         }
         Ok(effects)
+    }
+
+    async fn delete_run(&self, run_id: &str) -> Result<u64, StoreError> {
+        match self.writer.write(Write::Delete(run_id.to_owned())).await? {
+            Answer::Freed(bytes) => Ok(bytes),
+            _ => Err(StoreError::Corrupt("a delete got another write's answer".to_owned())),
+        }
+    }
+
+    async fn run_bytes(&self, run_id: &str) -> Result<u64, StoreError> {
+        crate::removal::bytes(&self.lock(), run_id)
+    }
+
+    async fn reclaim_space(&self) -> Result<(), StoreError> {
+        crate::removal::reclaim(&self.lock())
     }
 
     async fn list_runs(

@@ -221,5 +221,44 @@ async fn a_layout_5_database_gains_the_host_records_and_keeps_its_runs() {
     let reopened = rusqlite::Connection::open(&path).unwrap();
     let version: i64 = reopened.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
     assert_eq!(version, crate::schema::SCHEMA_VERSION);
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
+    let mode: i64 = reopened.query_row("PRAGMA auto_vacuum", [], |row| row.get(0)).unwrap();
+    assert_eq!(mode, 2, "the migration vacuumed the file into incremental auto-vacuum");
+    let column: i64 = reopened
+        .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'retains_until'", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(column, 1, "layout 7 records until when each run is kept");
+}
+
+/// Deleting most runs of a file and reclaiming the space makes the file smaller (layout 7:
+/// incremental auto-vacuum, then a checkpoint that truncates the write-ahead log).
+#[tokio::test]
+async fn the_file_shrinks_after_most_runs_are_deleted() {
+    use trellis_core::engine::{self, Input};
+    use trellis_core::ports::RunStore;
+    use trellis_core::testing::{chain_workflow, pending_run};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shrink.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let workflow = chain_workflow();
+    for index in 0..300 {
+        let mut run = pending_run(&workflow, &format!("run-{index:03}"), "t");
+        run.inputs.insert("padding".into(), serde_json::json!("x".repeat(2_000)));
+        run.variables = run.inputs.clone();
+        let outcome = engine::apply(&workflow, &mut run, Input::Start, 2);
+        run.version = 1;
+        store.create_run(&run, &outcome.events, &outcome.effects, None).await.unwrap();
+    }
+    store.reclaim_space().await.unwrap();
+    let before = std::fs::metadata(&path).unwrap().len();
+    let mut freed = 0;
+    for index in 0..280 {
+        freed += store.delete_run(&format!("run-{index:03}")).await.unwrap();
+    }
+    store.reclaim_space().await.unwrap();
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(freed > 280 * 2_000, "the deleted runs held their inputs: {freed}");
+    assert!(after * 2 < before, "the file went from {before} to {after} bytes");
+    assert!(store.load_run("run-299").await.unwrap().is_some(), "the kept runs stay");
+    assert_eq!(store.auto_vacuum_mode().unwrap(), 2);
 }

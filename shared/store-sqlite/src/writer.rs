@@ -1,4 +1,4 @@
-//! Group commit. Run creations, commits, task acknowledgements and host record writes are
+//! Group commit. Run creations, commits, task acknowledgements, run deletions and host record writes are
 //! serialized by their callers (outside any lock) and queued to one writer thread, which takes
 //! everything queued — up to [`MAX_GROUP`] writes — and applies it in one transaction (a write that loses its
 //! version race or finds its idempotency key taken writes nothing; one that fails midway is
@@ -82,6 +82,8 @@ pub(crate) enum Write {
     Ack(Vec<String>),
     /// A host record's conditional put or delete (see [`crate::host_records`]).
     Record(RecordWrite),
+    /// A run and every row kept for it (see [`crate::removal`]).
+    Delete(String),
 }
 
 /// How a write ended.
@@ -98,12 +100,14 @@ pub(crate) enum Answer {
     Version(u64),
     /// A host record delete: whether a live record was deleted.
     Deleted(bool),
+    /// A run deleted: the bytes it stored.
+    Freed(u64),
 }
 
 impl Answer {
     /// Whether the write was applied (its savepoint is kept).
     fn applied(&self) -> bool {
-        matches!(self, Answer::Done | Answer::Version(_) | Answer::Deleted(_))
+        matches!(self, Answer::Done | Answer::Version(_) | Answer::Deleted(_) | Answer::Freed(_))
     }
 }
 
@@ -234,8 +238,10 @@ fn apply_transaction(
     writes: &[&Write],
 ) -> Vec<Result<Answer, StoreError>> {
     for write in writes {
-        if let Write::Commit { run, .. } = write {
-            hot.forget(run.run_id());
+        match write {
+            Write::Commit { run, .. } => hot.forget(run.run_id()),
+            Write::Delete(run_id) => hot.forget(run_id),
+            _ => {}
         }
     }
     match transaction(connection, counters, writes, false) {
@@ -352,6 +358,7 @@ fn apply(connection: &Connection, write: &Write, written: &mut Written) -> Resul
             add(written, rows);
             return Ok(answer);
         }
+        Write::Delete(run_id) => return crate::removal::delete(connection, run_id).map(Answer::Freed),
     }
     add(written, mine);
     Ok(Answer::Done)

@@ -217,3 +217,155 @@ pub async fn unreached_effect_fails_closed(driver: &mut dyn Driver) {
     );
     assert!(["output", "type-mismatch", "extra", "missing"].contains(&payload["divergenceKind"].as_str().unwrap()));
 }
+
+/// A two-node noop chain, `settings.retention` as given (or none).
+pub fn retention_workflow(id: &str, retention: Option<&str>) -> Value {
+    let mut workflow = json!({"id": id, "name": id,
+           "nodes": [{"id": "a", "typeId": "core.noop"}, {"id": "b", "typeId": "core.noop"}],
+           "edges": [{"id": "e", "sourceNodeId": "a", "targetNodeId": "b"}]});
+    if let Some(retention) = retention {
+        workflow["settings"] = json!({"retention": retention});
+    }
+    workflow
+}
+
+async fn register(driver: &mut dyn Driver, workflow: Value) {
+    let (status, body) = driver.call("POST", "/v1/workflows", Some(workflow), true).await;
+    assert!(status == 201 || status == 200, "{body}");
+}
+
+async fn listed(driver: &mut dyn Driver, workflow_id: &str) -> Vec<String> {
+    let (status, body) = driver.call("GET", &format!("/v1/runs?workflowId={workflow_id}&limit=100"), None, true).await;
+    assert_eq!(status, 200, "{body}");
+    body["runs"].as_array().into_iter().flatten().filter_map(|run| run["runId"].as_str().map(str::to_owned)).collect()
+}
+
+/// Retention, delete and prune, the same on every backend: a run past its retention
+/// (`configurable.retention`, and a workflow's `settings.retention`) is gone from reads, the
+/// event log, lists and diffs, and a fork of it is `410 history_expired` naming the source,
+/// the fork point and the boundary; a live run is deleted only with `force`; a parent goes
+/// with its child; a prune preview lists exactly what the same prune then deletes, the
+/// newest `keep` stay; bad requests are `400` naming the field. Returns the expired run.
+pub async fn retention_scenario(driver: &mut dyn Driver) -> String {
+    register(driver, retention_workflow("retention-kept", None)).await;
+    register(driver, retention_workflow("retention-brief", Some("1s"))).await;
+    let (status, refused) =
+        driver.call("POST", "/v1/workflows", Some(retention_workflow("retention-bad", Some("1w"))), true).await;
+    assert_eq!((status, refused["details"]["path"].as_str()), (400, Some("/settings/retention")), "{refused}");
+
+    let brief = run_to_end(driver, "retention-brief", json!({})).await;
+    let (status, created) = driver
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(json!({"workflowId": "retention-kept", "configurable": {"retention": "1s"}})),
+            true,
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let per_run = created["runId"].as_str().unwrap().to_owned();
+    Runner::new(driver).await_terminal(&per_run).await;
+    let kept = run_to_end(driver, "retention-kept", json!({})).await;
+    let (status, bad) = driver
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(json!({"workflowId": "retention-kept", "configurable": {"retention": "soon"}})),
+            true,
+        )
+        .await;
+    assert_eq!((status, bad["details"]["field"].as_str()), (400, Some("configurable.retention")), "{bad}");
+
+    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
+    for expired in [&brief, &per_run] {
+        let (status, _) = driver.call("GET", &format!("/v1/runs/{expired}"), None, true).await;
+        assert_eq!(status, 404, "{expired} is past its retention");
+        let (status, _) = driver.call("GET", &format!("/v1/runs/{expired}/events/poll?timeout=0"), None, true).await;
+        assert_eq!(status, 404, "its events are gone too");
+        let (status, _) = driver.call("GET", &format!("/v1/runs/{kept}:diff?against={expired}"), None, true).await;
+        assert_eq!(status, 404);
+    }
+    assert!(listed(driver, "retention-brief").await.is_empty(), "an expired run is not listed");
+    assert_eq!(listed(driver, "retention-kept").await, std::slice::from_ref(&kept), "only the kept run is listed");
+    let (status, gone) = driver
+        .call("POST", &format!("/v1/runs/{brief}:fork"), Some(json!({"mode": "replay", "fromSeq": 1})), true)
+        .await;
+    assert_eq!((status, gone["error"].as_str()), (410, Some("history_expired")), "{gone}");
+    assert_eq!(
+        (gone["details"]["sourceRunId"].as_str(), gone["details"]["fromSeq"].as_u64()),
+        (Some(brief.as_str()), Some(1))
+    );
+    assert!(gone["details"]["retentionBoundary"].is_string(), "{gone}");
+    let (status, _) = driver.call("GET", &format!("/v1/runs/{kept}"), None, true).await;
+    assert_eq!(status, 200, "a run without a retention stays");
+
+    // Delete: a live run only with force; a parent with its child.
+    let (status, created) = driver
+        .call("POST", "/v1/runs", Some(json!({"workflowId": "conformance-delay", "inputs": {"delayMs": 60000}})), true)
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let live = created["runId"].as_str().unwrap().to_owned();
+    let (status, refused) = driver.call("DELETE", &format!("/v1/runs/{live}"), None, true).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("run_state_conflict")), "{refused}");
+    let (status, deleted) = driver.call("DELETE", &format!("/v1/runs/{live}?force=true"), None, true).await;
+    assert_eq!(status, 200, "{deleted}");
+    assert_eq!(deleted["deleted"], json!([live.clone()]));
+    let (status, _) = driver.call("GET", &format!("/v1/runs/{live}"), None, true).await;
+    assert_eq!(status, 404);
+    let parent = run_to_end(driver, "conformance-subworkflow-parent", json!({})).await;
+    let events = Runner::new(driver).events(&parent).await;
+    let child = events
+        .iter()
+        .find_map(|e| e["payload"]["childRunId"].as_str().map(str::to_owned))
+        .expect("the parent dispatched a child");
+    let (status, deleted) = driver.call("DELETE", &format!("/v1/runs/{parent}"), None, true).await;
+    assert_eq!(status, 200, "{deleted}");
+    assert_eq!(deleted["deleted"], json!([parent.clone(), child.clone()]), "the child goes with its parent");
+    assert!(deleted["bytes"].as_u64().is_some_and(|bytes| bytes > 0));
+    let (status, _) = driver.call("GET", &format!("/v1/runs/{child}"), None, true).await;
+    assert_eq!(status, 404);
+    let (status, _) = driver.call("DELETE", &format!("/v1/runs/{parent}"), None, true).await;
+    assert_eq!(status, 404, "deleted is gone");
+
+    // Prune: the preview is what the prune deletes; the newest `keep` stay.
+    register(driver, retention_workflow("prune-chain", None)).await;
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        runs.push(run_to_end(driver, "prune-chain", json!({})).await);
+    }
+    let request = json!({"workflowId": "prune-chain", "keep": 2, "dryRun": true});
+    let (status, preview) = driver.call("POST", "/v1/runs:prune", Some(request), true).await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!((preview["dryRun"].as_bool(), preview["deleted"].as_u64()), (Some(true), Some(0)));
+    let previewed: Vec<&str> =
+        preview["candidates"].as_array().unwrap().iter().filter_map(|c| c["runId"].as_str()).collect();
+    assert_eq!(
+        previewed,
+        runs[..3].iter().rev().map(String::as_str).collect::<Vec<_>>(),
+        "the oldest three, newest first"
+    );
+    assert_eq!(preview["protectedRuns"], 2);
+    assert_eq!(listed(driver, "prune-chain").await.len(), 5, "a preview deletes nothing");
+    let (status, pruned) =
+        driver.call("POST", "/v1/runs:prune", Some(json!({"workflowId": "prune-chain", "keep": 2})), true).await;
+    assert_eq!(status, 200, "{pruned}");
+    assert_eq!(pruned["deleted"], 3);
+    assert_eq!(pruned["candidates"], preview["candidates"], "the prune deletes exactly what its preview listed");
+    assert_eq!(pruned["bytes"], preview["bytes"]);
+    let mut left = listed(driver, "prune-chain").await;
+    left.sort();
+    let mut newest = runs[3..].to_vec();
+    newest.sort();
+    assert_eq!(left, newest);
+    for (body, field) in [
+        (json!({"keep": -1}), "keep"),
+        (json!({"olderThanDays": 0}), "olderThanDays"),
+        (json!({"status": "running"}), "status"),
+    ] {
+        let (status, refused) = driver.call("POST", "/v1/runs:prune", Some(body), true).await;
+        assert_eq!((status, refused["details"]["field"].as_str()), (400, Some(field)), "{refused}");
+    }
+    let (status, _) = driver.call("POST", "/v1/runs:prune", Some(json!({"dryRun": true})), false).await;
+    assert_eq!(status, 401);
+    brief
+}

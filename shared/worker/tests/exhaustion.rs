@@ -146,6 +146,12 @@ impl RunStore for FailingSteps {
     ) -> Result<Vec<RunState>, StoreError> {
         self.0.list_runs(tenant, filter, after, limit).await
     }
+    async fn delete_run(&self, run_id: &str) -> Result<u64, StoreError> {
+        self.0.delete_run(run_id).await
+    }
+    async fn run_bytes(&self, run_id: &str) -> Result<u64, StoreError> {
+        self.0.run_bytes(run_id).await
+    }
 }
 
 struct FixedIds;

@@ -395,6 +395,8 @@ pub async fn embedded_host_with(
         secrets_file: None,
         secrets_from_env: false,
         public_url: None,
+        retention: None,
+        sweep_interval_ms: 60_000,
         ai,
         integration: Default::default(),
     };

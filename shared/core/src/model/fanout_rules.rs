@@ -7,7 +7,8 @@
 //! - the workflow `settings` host extensions are in range: `maxChildRuns` an integer from 1
 //!   to [`MAX_CHILD_RUNS_CEILING`], `maxConcurrentChildren` an integer from 1 to
 //!   [`MAX_WIDTH`], `maxNodeExecutions` an integer ≥ 1 (the run's node-execution limit
-//!   becomes the smaller of it and the host's, [`max_node_executions`]).
+//!   becomes the smaller of it and the host's, [`max_node_executions`]); `retention` a
+//!   duration [`crate::retention::parse`] accepts.
 
 use serde_json::{Map, Value};
 
@@ -41,6 +42,13 @@ pub fn check(definition: &WorkflowDefinition) -> Result<(), DefinitionError> {
 }
 
 fn check_settings(settings: &Map<String, Value>) -> Result<(), DefinitionError> {
+    if let Some(value) = settings.get("retention") {
+        crate::retention::parse(value).map_err(|message| DefinitionError::Invalid {
+            path: "/settings/retention".to_owned(),
+            rule: "retention",
+            message: format!("`settings.retention`: {message}"),
+        })?;
+    }
     for (name, rule, minimum, maximum) in SETTINGS {
         let Some(value) = settings.get(name) else { continue };
         if value.as_u64().is_none_or(|n| n < minimum || n > maximum) {

@@ -107,6 +107,7 @@ impl Services {
         run.metadata = request.metadata;
         run.scope_id = request.scope_id;
         run.callback_url = request.callback_url;
+        run.retention_ms = self.retention_for(&workflow, run.configurable.as_ref())?;
         let mut outcome = engine::apply(&workflow, &mut run, Input::Start, now);
         run.version = 1;
         let started = outcome.events.iter_mut().find(|event| event.event_type == crate::event::types::RUN_STARTED);
@@ -165,6 +166,16 @@ impl Services {
 }
 
 impl Services {
+    /// The retention of a new run of `workflow` with `configurable` (see [`crate::retention`]).
+    pub(super) fn retention_for(
+        &self,
+        workflow: &Workflow,
+        configurable: Option<&Value>,
+    ) -> Result<Option<u64>, ServiceError> {
+        crate::retention::for_run(configurable, &workflow.definition.settings, self.limits.default_retention_ms)
+            .map_err(|(field, message)| ServiceError::validation(message, json!({ "field": field })))
+    }
+
     /// The checks a run's `configurable` passes before a run (or a fork) is created: the mock
     /// provider, the budget policy, the workflow's `configurableSchema`, the escalation
     /// thresholds.

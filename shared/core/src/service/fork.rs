@@ -83,27 +83,34 @@ impl ForkRequest {
 impl Services {
     /// Forks `tenant`'s run `source_run_id` as `request` says and starts the fork. `404` for
     /// a run the caller cannot see, `422 fork_point_invalid` for a fork point past the
-    /// source's log, `410 history_expired` for a source past its retention.
+    /// source's log, `410 history_expired` for a source past its retention (see
+    /// [`crate::retention`]; `details` names the source, the fork point and the boundary).
     pub async fn fork_run(
         &self,
         principal: &Principal,
         source_run_id: &str,
         request: ForkRequest,
     ) -> Result<RunState, ServiceError> {
-        let source = self.get_run(&principal.tenant, source_run_id).await?;
+        // Read past its retention too: such a source answers `410`, not `404`.
         let from_seq = request.from_seq.unwrap_or(0);
         let now = self.clock.now();
+        let source = match self.store.load_run(source_run_id).await? {
+            Some(run) if run.tenant == principal.tenant => run,
+            _ => {
+                // Swept for its retention: remembered a while, and answered as expired.
+                let swept =
+                    self.store.record(super::retention::EXPIRED_KIND, &principal.tenant, source_run_id, now).await?;
+                return Err(match swept {
+                    Some(record) => {
+                        let boundary = record.value["retentionBoundary"].as_str().unwrap_or_default().to_owned();
+                        history_expired(source_run_id, from_seq, boundary)
+                    }
+                    None => ServiceError::NotFound { what: "run" },
+                });
+            }
+        };
         if let Some(expired_at) = source.expired_at(now) {
-            return Err(ServiceError::Rejected {
-                status: 410,
-                code: "history_expired",
-                message: "the source run's history is past its retention; it cannot be forked".to_owned(),
-                details: json!({
-                    "sourceRunId": source_run_id,
-                    "fromSeq": from_seq,
-                    "retentionBoundary": crate::timefmt::rfc3339(expired_at),
-                }),
-            });
+            return Err(history_expired(source_run_id, from_seq, crate::timefmt::rfc3339(expired_at)));
         }
         if from_seq > source.next_sequence {
             return Err(ServiceError::Rejected {
@@ -146,7 +153,7 @@ impl Services {
         };
         run.metadata = request.overlay.get("metadata").cloned().or_else(|| source.metadata.clone());
         run.scope_id = source.scope_id.clone();
-        run.retention_ms = source.retention_ms;
+        run.retention_ms = self.retention_for(&workflow, run.configurable.as_ref())?;
         // A replay performs nothing: not even the notice to an external worker.
         run.callback_url = (request.mode == ForkMode::Branch).then(|| source.callback_url.clone()).flatten();
         run.replay = Some(ReplayLink {
@@ -313,6 +320,16 @@ impl Services {
             mode: ForkMode::Replay,
             diverged: false,
         }))
+    }
+}
+
+/// `410 history_expired`: the source is past its retention (`boundary`: when it ran out).
+fn history_expired(source_run_id: &str, from_seq: u64, boundary: String) -> ServiceError {
+    ServiceError::Rejected {
+        status: 410,
+        code: "history_expired",
+        message: "the source run's history is past its retention; it cannot be forked".to_owned(),
+        details: json!({ "sourceRunId": source_run_id, "fromSeq": from_seq, "retentionBoundary": boundary }),
     }
 }
 

@@ -10,6 +10,7 @@ mod diff;
 mod fork;
 mod idempotency;
 mod inline;
+mod retention;
 mod schedules;
 mod seam_dispatch;
 mod seam_fanout;
@@ -38,6 +39,7 @@ pub use create::{CreateOutcome, IdempotencyKey};
 pub use diff::{MAX_EVENTS as MAX_DIFF_EVENTS, MAX_EVENT_DIFFS};
 pub use fork::ForkRequest;
 pub use idempotency::Begin;
+pub use retention::{PruneRequest, DEFAULT_KEEP, EXPIRED_KIND, EXPIRED_MEMORY_MS, MAX_PRUNE_DELETES, MAX_PRUNE_SCAN};
 pub use schedules::TickReport;
 pub use seam_dispatch::{logical_invocation_id, PerItemRequest, CLAIM_ENDPOINT};
 pub use seam_fanout::{FanOutRequest, MAX_SEAM_WORKERS};
@@ -187,9 +189,10 @@ impl Services {
     }
 
     /// The run `run_id` if it belongs to `tenant` (another tenant's run reads as not found).
+    /// A run past its retention reads as gone too (see [`crate::retention`]).
     pub async fn get_run(&self, tenant: &str, run_id: &str) -> Result<RunState, ServiceError> {
         match self.store.load_run(run_id).await? {
-            Some(run) if run.tenant == tenant => Ok(run),
+            Some(run) if run.tenant == tenant && run.expired_at(self.clock.now()).is_none() => Ok(run),
             _ => Err(ServiceError::NotFound { what: "run" }),
         }
     }
@@ -198,12 +201,14 @@ impl Services {
     /// the records of nodes that are not active may be left out).
     pub async fn get_run_summary(&self, tenant: &str, run_id: &str) -> Result<RunState, ServiceError> {
         match self.store.load_run_summary(run_id).await? {
-            Some(run) if run.tenant == tenant => Ok(run),
+            Some(run) if run.tenant == tenant && run.expired_at(self.clock.now()).is_none() => Ok(run),
             _ => Err(ServiceError::NotFound { what: "run" }),
         }
     }
 
-    /// The tenant's runs, newest first.
+    /// The tenant's runs, newest first, those past their retention left out (the store is
+    /// read on until `limit` are found or it has no more, so a page is full unless it is the
+    /// last).
     pub async fn list_runs(
         &self,
         tenant: &str,
@@ -211,7 +216,19 @@ impl Services {
         after: Option<&RunPosition>,
         limit: usize,
     ) -> Result<Vec<RunState>, ServiceError> {
-        Ok(self.store.list_runs(tenant, filter, after, limit).await?)
+        let now = self.clock.now();
+        let mut runs = Vec::with_capacity(limit);
+        let mut position = after.cloned();
+        loop {
+            let page = self.store.list_runs(tenant, filter, position.as_ref(), limit).await?;
+            let full = page.len() == limit;
+            position = page.last().map(|run| RunPosition { created_at: run.created_at, run_id: run.run_id.clone() });
+            runs.extend(page.into_iter().filter(|run| run.expired_at(now).is_none()));
+            if runs.len() >= limit || !full {
+                runs.truncate(limit);
+                return Ok(runs);
+            }
+        }
     }
 
     /// The run and its events after `after`.

@@ -7,6 +7,7 @@ pub(crate) mod interrupts;
 pub(crate) mod interrupts_list;
 pub(crate) mod list;
 pub(crate) mod replay;
+pub(crate) mod retention;
 pub(crate) mod runs;
 pub(crate) mod schedules;
 pub(crate) mod seams;
