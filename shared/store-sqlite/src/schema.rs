@@ -84,16 +84,22 @@ pub(crate) const MIGRATIONS: &[(i64, Step)] = &[
 ];
 
 /// Layout 7: until when each ended run is kept (see `trellis_core::retention`; the sweeper
-/// reads it). A `runs` table rebuilt by an earlier step of the same migration has it already.
+/// reads it). Added first of all by a migration (the conversions of older layouts write run
+/// rows in today's shape), and by this step for a layout-6 file; idempotent.
 /// The same layout turns `auto_vacuum` to `INCREMENTAL` (a one-time `VACUUM` at open, see
 /// `removal::ensure_incremental_vacuum`) so that deleted runs give their pages back.
-fn add_retains_until(connection: &rusqlite::Connection) -> Result<(), trellis_core::StoreError> {
+pub(crate) fn add_retains_until(connection: &rusqlite::Connection) -> Result<(), trellis_core::StoreError> {
     let unavailable = |error: rusqlite::Error| trellis_core::StoreError::Unavailable(error.to_string());
     let has = connection
         .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'retains_until'")
         .and_then(|mut query| query.exists([]))
         .map_err(unavailable)?;
-    if !has {
+    let table = connection
+        .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'")
+        .and_then(|mut query| query.exists([]))
+        .map_err(unavailable)?;
+    // No `runs` table yet: the layout's DDL creates it with the column.
+    if table && !has {
         connection.execute_batch("ALTER TABLE runs ADD COLUMN retains_until INTEGER;").map_err(unavailable)?;
     }
     Ok(())

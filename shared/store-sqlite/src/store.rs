@@ -220,6 +220,8 @@ impl SqliteStore {
 fn migrate(connection: &Connection, found: i64) -> Result<(), StoreError> {
     connection.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
     let steps = || -> Result<(), StoreError> {
+        // The conversions below write run rows in today's shape, `retains_until` included.
+        crate::schema::add_retains_until(connection)?;
         for (from, step) in MIGRATIONS.iter().filter(|(from, _)| *from >= found) {
             let failed = |error: String| {
                 StoreError::Corrupt(format!("migrating the database from layout version {from}: {error}"))
