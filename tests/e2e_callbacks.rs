@@ -257,7 +257,7 @@ async fn with_a_public_url_the_task_links_keep_its_path_and_carry_the_absolute_u
 }
 
 #[tokio::test]
-async fn a_replay_fork_notifies_no_worker_and_a_branch_does() {
+async fn a_replay_fork_is_answered_from_the_log_and_notifies_no_worker_and_a_branch_does() {
     let host = start(serve_args(None)).await;
     let client = Client::new(format!("http://{}", host.addr), KEY);
     let receiver = CallbackReceiver::start(vec![Reply::status(200)]).await;
@@ -270,14 +270,13 @@ async fn a_replay_fork_notifies_no_worker_and_a_branch_does() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(client.wait_terminal(&run_id, WITHIN).await["status"], "completed");
 
-    // A replay reaches the external-event node again (interrupts are not short-circuited) and
-    // waits there, but tells nobody: notifying the worker is a side effect of the source.
+    // A replay reaches the external-event node again and is answered with the event the
+    // source got, but tells nobody: notifying the worker is a side effect of the source.
     let (status, replay) =
         client.request("POST", &format!("/v1/runs/{run_id}:fork"), Some(json!({"mode": "replay"}))).await;
     assert_eq!(status, 201, "{replay}");
     let replay_id = replay["runId"].as_str().unwrap().to_owned();
-    let waiting = client.wait_status(&replay_id, "waiting-external", WITHIN).await;
-    assert_eq!(waiting["status"], "waiting-external");
+    assert_eq!(client.wait_terminal(&replay_id, WITHIN).await["status"], "completed");
     let (status, branch) =
         client.request("POST", &format!("/v1/runs/{run_id}:fork"), Some(json!({"mode": "branch", "fromSeq": 0}))).await;
     assert_eq!(status, 201, "{branch}");

@@ -35,6 +35,7 @@ async fn host(seams: bool) -> (trellis::host::EmbeddedHost, HttpDriver, tempfile
 async fn every_fork_row_holds() {
     let (host, mut driver, _dir) = host(false).await;
     replay::fork_rows(&mut driver).await;
+    replay::interrupts_short_circuit(&mut driver).await;
     let discovery = Client::new(format!("http://{}", host.addr), SEAM_KEY).discovery().await;
     assert_eq!(
         discovery["replay"],

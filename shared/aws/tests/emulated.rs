@@ -380,6 +380,7 @@ async fn forks_hold_every_row_and_fail_unreached_effects_closed() {
     let mut aws = stack().await;
     trellis_testkit::replay::fork_rows(&mut AwsDriver(&mut aws)).await;
     trellis_testkit::replay::unreached_effect_fails_closed(&mut AwsDriver(&mut aws)).await;
+    trellis_testkit::replay::interrupts_short_circuit(&mut AwsDriver(&mut aws)).await;
 }
 
 /// Retention, delete and prune on the emulated stack: a run past its retention is gone from

@@ -184,8 +184,21 @@ pub fn source_missing(source: Option<&str>, node_id: &str, attempt: u32) -> Acti
 pub const RUN_SPECIFIC: [&str; 6] = ["eventId", "runId", "causationId", "correlationId", "ts", "transport"];
 /// Payload fields that differ between a replay and its source without the history
 /// differing: clock readings, and ids minted per run (a child's run id).
-const CLOCK_AND_MINTED: [&str; 8] =
-    ["durationMs", "delayMs", "childRunId", "startedAt", "endedAt", "expiresAt", "dueAt", "wakeAt"];
+const CLOCK_AND_MINTED: [&str; 13] = [
+    "durationMs",
+    "delayMs",
+    "childRunId",
+    "interruptId",
+    "startedAt",
+    "endedAt",
+    "expiresAt",
+    "dueAt",
+    "wakeAt",
+    "resolvedAt",
+    "requestedAt",
+    "decidedAt",
+    "tokenExpiresAt",
+];
 
 /// The comparison key `:diff` uses: type and canonical payload without [`RUN_SPECIFIC`].
 pub fn comparison_key(event: &RunEvent) -> (String, String) {
@@ -193,9 +206,11 @@ pub fn comparison_key(event: &RunEvent) -> (String, String) {
 }
 
 /// The key a fork's events are compared with its source's by: [`comparison_key`] plus the
-/// node, without clock readings and per-run minted ids.
-pub fn replay_key(event: &RunEvent) -> (String, String) {
+/// node, without clock readings and per-run minted ids, and with the run's own id (`run_id`,
+/// e.g. inside an interrupt's `key`) written as `<run>`.
+pub fn replay_key(event: &RunEvent, run_id: &str) -> (String, String) {
     let (kind, payload) = key(event, &RUN_SPECIFIC, &CLOCK_AND_MINTED);
+    let payload = if run_id.is_empty() { payload } else { payload.replace(run_id, "<run>") };
     (kind, format!("{}\n{payload}", event.node_id.as_deref().unwrap_or_default()))
 }
 
@@ -239,13 +254,13 @@ impl Divergence {
     }
 }
 
-/// The first of `events` (a fork's, consecutive) that departs from the `source` events at
-/// the same sequences (`source` holds those sequences, or fewer where the source's log is
+/// The first of `events` (those of fork `run_id`, consecutive) that departs from the
+/// `source` events (of `source_id`) at the same sequences (`source` holds those sequences, or fewer where the source's log is
 /// shorter), with how; `ended` says the fork's log ends with `events` and
 /// `source_longer` that the source's log goes on past them.
 pub fn first_divergence(
-    events: &[RunEvent],
-    source: &[RunEvent],
+    (events, run_id): (&[RunEvent], &str),
+    (source, source_id): (&[RunEvent], &str),
     ended: bool,
     source_longer: bool,
 ) -> Option<(u64, Divergence, Option<String>)> {
@@ -256,7 +271,7 @@ pub fn first_divergence(
         if original.event_type != event.event_type {
             return Some((event.sequence, Divergence::TypeMismatch, Some(event.event_type.clone())));
         }
-        if replay_key(original) != replay_key(event) {
+        if replay_key(original, source_id) != replay_key(event, run_id) {
             return Some((event.sequence, Divergence::Output, Some(event.event_type.clone())));
         }
     }

@@ -119,6 +119,11 @@ impl Discovery {
             "modes": ["replay", "branch"],
             "sideEffectSuppression": "recorded-outcome",
         });
+        // How long a run stays forkable after it ends, when the host sets a default (a run's
+        // own or its workflow's retention may differ; docs/retention.md).
+        if let Some(retention) = limits.default_retention_ms {
+            document["replay"]["retention"] = json!({ "windowSeconds": retention / 1000 });
+        }
         document["subWorkflow"] = json!({ "inputMapping": true });
         // Supervisor-driven dispatch (RFC 0006/0007/0022/0126) and its decision paths:
         // `agents.orchestrator` obliges the CP-1 low-confidence path, which is served.

@@ -369,3 +369,40 @@ pub async fn retention_scenario(driver: &mut dyn Driver) -> String {
     assert_eq!(status, 401);
     brief
 }
+
+/// A fork answers an interrupt as its source was answered (replay §6.2): a replay of an
+/// approved `conformance-approval` run completes with the same log shape and no new answer,
+/// without `replay.diverged`; a branch departing before the answer waits for a live one.
+pub async fn interrupts_short_circuit(driver: &mut dyn Driver) {
+    let (status, created) =
+        driver.call("POST", "/v1/runs", Some(json!({"workflowId": "conformance-approval"})), true).await;
+    assert_eq!(status, 201, "{created}");
+    let source = created["runId"].as_str().unwrap().to_owned();
+    Runner::new(driver).await_snapshot(&source, "waiting-approval", |s| s["status"] == "waiting-approval").await;
+    let body = json!({"resumeValue": {"action": "accept"}});
+    let (status, answer) = driver.call("POST", &format!("/v1/runs/{source}/interrupts/gate"), Some(body), true).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(Runner::new(driver).await_terminal(&source).await["status"], "completed");
+    let source_events = Runner::new(driver).events(&source).await;
+
+    let replayed = fork(driver, &source, json!({"mode": "replay"})).await;
+    let replayed = replayed["runId"].as_str().unwrap().to_owned();
+    assert_eq!(Runner::new(driver).await_terminal(&replayed).await["status"], "completed", "answered from the log");
+    let events = Runner::new(driver).events(&replayed).await;
+    assert_eq!(shape(&events), shape(&source_events), "{events:?}");
+    let resolved = |events: &[Value]| {
+        events.iter().find(|e| e["type"] == "interrupt.resolved").map(|e| e["payload"]["resumeValue"].clone())
+    };
+    assert_eq!(resolved(&events), resolved(&source_events));
+
+    let asked =
+        source_events.iter().find(|e| e["type"] == "interrupt.requested").unwrap()["sequence"].as_u64().unwrap();
+    let branch = fork(driver, &source, json!({"mode": "branch", "fromSeq": asked + 1})).await;
+    let branch = branch["runId"].as_str().unwrap().to_owned();
+    Runner::new(driver).await_snapshot(&branch, "waiting-approval", |s| s["status"] == "waiting-approval").await;
+    let body = json!({"resumeValue": {"action": "reject"}});
+    let (status, answer) = driver.call("POST", &format!("/v1/runs/{branch}/interrupts/gate"), Some(body), true).await;
+    assert_eq!(status, 200, "the branch takes a new answer: {answer}");
+    let done = Runner::new(driver).await_terminal(&branch).await;
+    assert_ne!(done["status"], "running", "{done}");
+}

@@ -95,6 +95,12 @@ impl Services {
             hooks.after_commit();
             self.carry_out(&decision.run, &outcome.effects, inline).await;
             hooks.after_effects();
+            if decision.run.replay.is_some() && decision.run.pending_interrupt().is_some() {
+                // A fork answers its interrupts as its source was answered.
+                if let Err(error) = self.replay_resolution(&decision.run).await {
+                    tracing::warn!(run_id, %error, "answering a fork's interrupt from its source failed; it waits");
+                }
+            }
             return Ok(Some(decision));
         }
         tracing::warn!(run_id, "lost the version race {MAX_CONFLICT_RETRIES} times; leaving the input for a retry");

@@ -2,8 +2,9 @@
 //! request, create the fork — a new run of the source's pinned workflow and inputs, owned by
 //! the source's owner, linked to its source — and start it. Also the two places a fork's
 //! execution differs from a run's: an activity attempt resolves the source's recorded outcome
-//! ([`Services::replayed_attempt`]), and each commit's events are compared with the source's
-//! until they first differ ([`Services::mark_divergence`]).
+//! ([`Services::replayed_attempt`]), an interrupt is answered with the source's recorded
+//! resolution ([`Services::replay_resolution`]), and each commit's events are compared with
+//! the source's until they first differ ([`Services::mark_divergence`]).
 
 use serde_json::{json, Map, Value};
 
@@ -13,6 +14,7 @@ use crate::activity::{ActivityCall, ActivityResult, Progress};
 use crate::engine::{self, Input};
 use crate::error::ServiceError;
 use crate::event::{types, RunEvent};
+use crate::interrupt::{Resolution, Resolver};
 use crate::ports::CreateResult;
 use crate::replay::{self, ForkMode, ReplayLink};
 use crate::run::{Principal, RunState, RunStatus};
@@ -250,7 +252,8 @@ impl Services {
         let originals = self.store.events_after(&source, first.checked_sub(1), span).await?;
         let source_longer = originals.iter().any(|event| event.sequence > last);
         let ended = run.status.is_terminal();
-        let Some((at, kind, point)) = replay::first_divergence(events, &originals, ended, source_longer) else {
+        let compared = replay::first_divergence((events, &run.run_id), (&originals, &source), ended, source_longer);
+        let Some((at, kind, point)) = compared else {
             return Ok(());
         };
         let terminal = ended && events.last().is_some_and(|event| is_terminal_event(&event.event_type));
@@ -278,6 +281,46 @@ impl Services {
             link.diverged = true;
         }
         tracing::info!(run_id = %run.run_id, source = %source, at, kind = kind.as_str(), "fork diverged from its source");
+        Ok(())
+    }
+
+    /// In a fork waiting on an interrupt, answers it as the source's log says (replay §6.2:
+    /// interrupts short-circuit with their recorded resolution): the resume value the
+    /// source's same occurrence of the same node was resolved with, by the same resolver. A
+    /// branch answers so only what the source resolved before its fork point; an occurrence
+    /// the source never resolved (or that timed out) waits for a live answer.
+    pub(super) async fn replay_resolution(&self, run: &RunState) -> Result<(), ServiceError> {
+        let Some(link) = run.replay.as_ref() else { return Ok(()) };
+        let (Some(source), Some(pending)) = (link.source_run_id.as_deref(), run.pending_interrupt()) else {
+            return Ok(());
+        };
+        let ordinal =
+            run.interrupts.iter().filter(|record| record.node_id == pending.node_id).position(|r| r.id == pending.id);
+        let (events, _) = self.all_events(source).await?;
+        let recorded = ordinal.and_then(|ordinal| {
+            events
+                .iter()
+                .filter(|e| e.event_type == types::INTERRUPT_RESOLVED && e.node_id.as_deref() == Some(&pending.node_id))
+                .nth(ordinal)
+        });
+        let Some(recorded) = recorded.filter(|event| link.resolves(event.sequence)) else { return Ok(()) };
+        let value = recorded.payload.get("resumeValue").cloned().unwrap_or(Value::Null);
+        if value.is_null() {
+            return Ok(());
+        }
+        let resolver = match recorded.payload.get("resolvedBy").and_then(Value::as_str) {
+            Some("interrupt-token") | None => Resolver::Token,
+            Some(subject) => Resolver::Principal(subject.to_owned()),
+        };
+        let resolution = Resolution {
+            node_id: pending.node_id.clone(),
+            interrupt_id: Some(pending.id.clone()),
+            value,
+            resolver,
+            prior_vote: None,
+        };
+        tracing::debug!(run_id = %run.run_id, node = %pending.node_id, "answering a fork's interrupt as its source was");
+        Box::pin(self.advance(None, &run.run_id, Input::Resolve(resolution), &super::NoHooks)).await?;
         Ok(())
     }
 
