@@ -31,7 +31,7 @@ pub(crate) struct Pruned {
 pub(crate) async fn measure(host: &Host, clients: usize, count: usize) -> Fallible<Pruned> {
     let http = reqwest::Client::new();
     let scenario = scenarios::named("chain-10")
-        .ok_or_else(|| BenchError::new("workflow_missing", "no scenario chain-10".into()))?;
+        .ok_or_else(|| BenchError::new("workflow_missing", "no scenario chain-10".to_owned()))?;
     let per_client = count.div_ceil(clients.max(1));
     let tasks: Vec<_> = (0..clients.max(1))
         .map(|_| {
@@ -82,7 +82,7 @@ pub(crate) fn table(text: &mut String, pruned: &Pruned) {
     let _ = writeln!(
         text,
         "host CPU per deleted run: {}",
-        per_run.map_or_else(|| "n/a".into(), |us| format!("{us:.0} µs"))
+        per_run.map_or_else(|| "n/a".to_owned(), |us| format!("{us:.0} µs"))
     );
 }
 

@@ -372,23 +372,29 @@ mod tests {
 
     #[test]
     fn clock_fields_and_minted_ids_do_not_count_as_divergence() {
-        let source = log();
+        let mut source = log();
         let mut fork = source.clone();
         fork[5].payload["durationMs"] = json!(99);
         fork[5].timestamp = 1_000;
-        assert_eq!(first_divergence(&fork, &source, false, false), None);
+        fork[0].payload["key"] = json!("run-fork:gate:1");
+        source[0].payload["key"] = json!("run-src:gate:1");
+        let (f, s) = ("run-fork", "run-src");
+        assert_eq!(
+            first_divergence((&fork, f), (&source, s), false, false),
+            None,
+            "the runs' own ids read as the same"
+        );
 
         fork[5].payload["outputs"]["status"] = json!(500);
-        let (at, kind, point) = first_divergence(&fork, &source, false, false).expect("diverges");
+        let (at, kind, point) = first_divergence((&fork, f), (&source, s), false, false).expect("diverges");
         assert_eq!((at, kind, point.as_deref()), (5, Divergence::Output, Some("node.completed")));
 
         fork[5].event_type = "node.failed".into();
-        assert_eq!(first_divergence(&fork, &source, false, false).map(|d| d.1), Some(Divergence::TypeMismatch));
+        let mismatch = first_divergence((&fork, f), (&source, s), false, false).map(|d| d.1);
+        assert_eq!(mismatch, Some(Divergence::TypeMismatch));
         let extra = [event(7, "run.completed", None, json!({}))];
-        assert_eq!(first_divergence(&extra, &source, true, false).map(|d| d.1), Some(Divergence::Extra));
-        assert_eq!(
-            first_divergence(&source[..2], &source[..2], true, true).map(|d| (d.0, d.1)),
-            Some((2, Divergence::Missing))
-        );
+        assert_eq!(first_divergence((&extra, f), (&source, s), true, false).map(|d| d.1), Some(Divergence::Extra));
+        let missing = first_divergence((&source[..2], s), (&source[..2], s), true, true).map(|d| (d.0, d.1));
+        assert_eq!(missing, Some((2, Divergence::Missing)));
     }
 }
