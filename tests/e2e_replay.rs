@@ -202,7 +202,28 @@ async fn a_completed_run_cannot_be_redriven_and_v2_forks_with_projected_ids() {
         String::from_utf8_lossy(&output.stderr)
     );
 
+    // The same Idempotency-Key, sent twice at once: one fork; both answers name it.
     let http = reqwest::Client::new();
+    let keyed = |body: Value| {
+        http.post(format!("http://{}/v1/runs/{source}:fork", host.addr))
+            .bearer_auth(SEAM_KEY)
+            .header("Idempotency-Key", "fork-once")
+            .json(&body)
+            .send()
+    };
+    let (first, second) = tokio::join!(keyed(json!({"mode": "replay"})), keyed(json!({"mode": "replay"})));
+    let (first, second) = (first.unwrap(), second.unwrap());
+    let statuses = [first.status().as_u16(), second.status().as_u16()];
+    let (first, second): (Value, Value) = (first.json().await.unwrap(), second.json().await.unwrap());
+    assert!(statuses.iter().all(|s| *s == 201 || *s == 409), "{statuses:?} {first} {second}");
+    if statuses == [201, 201] {
+        assert_eq!(first["runId"], second["runId"], "a duplicate is answered with the first fork");
+    } else {
+        let refused = if statuses[0] == 409 { &first } else { &second };
+        assert_eq!(refused["error"], "idempotency_in_flight", "{refused}");
+    }
+    let changed = keyed(json!({"mode": "branch", "fromSeq": 0})).await.unwrap();
+    assert_eq!(changed.status().as_u16(), 409, "the same key with another body: idempotency_key_mismatch");
     let projected = format!("default~2F{source}");
     let response = http
         .post(format!("http://{}/runs/{projected}:fork", host.addr))
