@@ -2,7 +2,8 @@
 //! through the SDK's public API only (`tests/sdk/smoke.py`): discovery, create with and
 //! without an idempotency key, snapshot, streams (the events the SDK yields equal the log
 //! filtered by the stream mode), poll with a cursor, `Last-Event-ID` resume, cancel, list,
-//! pause/resume, approvals by run and by token, and the 401/404/409/406 paths.
+//! pause/resume, approvals by run and by token, replay and branch forks and a diff, and the
+//! 401/404/409/422/406 paths.
 //!
 //! `scripts/test.sh` installs the SDK in a virtual environment and points
 //! `TRELLIS_SDK_PYTHON` at its interpreter; under plain `cargo test` the test is ignored, and
