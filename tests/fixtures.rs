@@ -15,6 +15,11 @@ use trellis_testkit::HttpDriver;
 /// `conformance/scenarios.json`: scripted scenarios beyond the fixture table.
 const SCENARIOS: &str = include_str!("../conformance/scenarios.json");
 
+/// Bundled fixtures the reference copy does not hold: Trellis's own
+/// `conformance-replay-effect`, and `conformance-replay-side-effect`, vendored from a newer
+/// catalog than the reference snapshot (conformance/fixtures/NOTICE.md).
+const NOT_IN_REFERENCE: [&str; 2] = ["conformance-replay-effect.json", "conformance-replay-side-effect.json"];
+
 #[tokio::test]
 async fn every_expectation_table_entry_holds_and_is_advertised() {
     let mut args = serve_args(None);
@@ -78,7 +83,11 @@ async fn every_official_fixture_file_loads() {
     }
     assert!(checked >= 9, "only {checked} fixture files found");
     for (name, text) in bundled::FIXTURES {
-        let official: Value = serde_json::from_str(&std::fs::read_to_string(fixtures_dir.join(name)).unwrap()).unwrap();
+        let path = fixtures_dir.join(name);
+        if !path.exists() && NOT_IN_REFERENCE.contains(name) {
+            continue;
+        }
+        let official: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let vendored: Value = serde_json::from_str(text).unwrap();
         assert_eq!(vendored, official, "vendored {name} differs from the official copy");
     }
