@@ -128,6 +128,10 @@ async fn by_run(stack: &Stack, delivered: &[Value]) -> BTreeMap<String, Vec<(Str
     out
 }
 
+fn set_of(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|name| name.to_string()).collect()
+}
+
 fn type_set(published: &[(String, String)]) -> BTreeSet<String> {
     published.iter().map(|(event_type, _)| event_type.clone()).collect()
 }
@@ -164,14 +168,25 @@ async fn exactly_the_configured_lifecycle_set_reaches_a_queue_through_a_rule() {
     let (status, body) = stack.api("POST", &format!("/v1/runs/{waiting}/cancel"), Some(json!({}))).await;
     assert!(status < 300, "{status} {body}");
     assert_eq!(stack.pump_until_terminal(&waiting, SPEC_DEADLINE, false).await["status"], "cancelled");
+    // Forks: a replay's events are never published, a branch's are (replay §6.3).
+    let mut forks = Vec::new();
+    for body in [json!({"mode": "replay"}), json!({"mode": "branch", "fromSeq": 0})] {
+        let (status, forked) = stack.api("POST", &format!("/v1/runs/{completed}:fork"), Some(body)).await;
+        assert_eq!(status, 201, "{forked}");
+        let fork = forked["runId"].as_str().unwrap().to_owned();
+        assert_eq!(stack.pump_until_terminal(&fork, SPEC_DEADLINE, false).await["status"], "completed");
+        forks.push(fork);
+    }
     pump_quiet(&mut stack).await;
 
     let published = by_run(&stack, &probe.drain(&stack).await).await;
+    assert!(!published.contains_key(&forks[0]), "a replay fork published: {:?}", published.get(&forks[0]));
+    assert_eq!(type_set(&published[&forks[1]]), set_of(&["run.started", "run.completed"]), "a branch publishes");
     let set = |names: &[&str]| names.iter().map(|name| name.to_string()).collect::<BTreeSet<_>>();
     assert_eq!(type_set(&published[&completed]), set(&["run.started", "run.completed"]));
     assert_eq!(type_set(&published[&failed]), set(&["run.started", "node.failed", "run.failed"]));
     assert_eq!(type_set(&published[&waiting]), set(&["run.started", "node.suspended"]), "no run.cancelled");
-    assert_eq!(published.len(), 3, "nothing from other runs");
+    assert_eq!(published.len(), 4, "nothing from other runs");
 
     // The CloudEvent: source is the run's URN here (no public URL), subject its node or run.
     let delivered = probe.drain(&stack).await;
