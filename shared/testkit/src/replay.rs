@@ -372,7 +372,8 @@ pub async fn retention_scenario(driver: &mut dyn Driver) -> String {
 
 /// A fork answers an interrupt as its source was answered (replay §6.2): a replay of an
 /// approved `conformance-approval` run completes with the same log shape and no new answer,
-/// without `replay.diverged`; a branch departing before the answer waits for a live one.
+/// without `replay.diverged`; a replay of a quorum casts the source's votes again; a branch
+/// departing before the answer waits for a live one.
 pub async fn interrupts_short_circuit(driver: &mut dyn Driver) {
     let (status, created) =
         driver.call("POST", "/v1/runs", Some(json!({"workflowId": "conformance-approval"})), true).await;
@@ -394,6 +395,30 @@ pub async fn interrupts_short_circuit(driver: &mut dyn Driver) {
         events.iter().find(|e| e["type"] == "interrupt.resolved").map(|e| e["payload"]["resumeValue"].clone())
     };
     assert_eq!(resolved(&events), resolved(&source_events));
+
+    // A quorum: the source's votes (a duplicate among them) are cast again one by one.
+    let (status, created) =
+        driver.call("POST", "/v1/runs", Some(json!({"workflowId": "conformance-interrupt-quorum"})), true).await;
+    assert_eq!(status, 201, "{created}");
+    let quorum = created["runId"].as_str().unwrap().to_owned();
+    Runner::new(driver).await_snapshot(&quorum, "waiting-approval", |s| s["status"] == "waiting-approval").await;
+    for voter in ["approver-1", "approver-2", "approver-2", "approver-3"] {
+        let body = json!({"resumeValue": {"action": "accept", "voter": voter}});
+        let (status, answer) =
+            driver.call("POST", &format!("/v1/runs/{quorum}/interrupts/gate"), Some(body), true).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    assert_eq!(Runner::new(driver).await_terminal(&quorum).await["status"], "completed");
+    let quorum_events = Runner::new(driver).events(&quorum).await;
+    let replayed_quorum = fork(driver, &quorum, json!({"mode": "replay"})).await;
+    let replayed_quorum = replayed_quorum["runId"].as_str().unwrap().to_owned();
+    assert_eq!(Runner::new(driver).await_terminal(&replayed_quorum).await["status"], "completed");
+    let events = Runner::new(driver).events(&replayed_quorum).await;
+    assert_eq!(shape(&events), shape(&quorum_events), "every vote again, then the close: {events:?}");
+    let closed_by = |events: &[Value]| {
+        events.iter().find(|e| e["type"] == "interrupt.resolved").map(|e| e["payload"]["resolvedBy"].clone())
+    };
+    assert_eq!(closed_by(&events), Some(json!("quorum:3-of-3")));
 
     let asked =
         source_events.iter().find(|e| e["type"] == "interrupt.requested").unwrap()["sequence"].as_u64().unwrap();

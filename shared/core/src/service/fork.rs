@@ -14,7 +14,7 @@ use crate::activity::{ActivityCall, ActivityResult, Progress};
 use crate::engine::{self, Input};
 use crate::error::ServiceError;
 use crate::event::{types, RunEvent};
-use crate::interrupt::{Resolution, Resolver};
+use crate::interrupt::{InterruptKind, Resolution, Resolver};
 use crate::ports::CreateResult;
 use crate::replay::{self, ForkMode, ReplayLink};
 use crate::run::{Principal, RunState, RunStatus};
@@ -285,41 +285,78 @@ impl Services {
     }
 
     /// In a fork waiting on an interrupt, answers it as the source's log says (replay §6.2:
-    /// interrupts short-circuit with their recorded resolution): the resume value the
-    /// source's same occurrence of the same node was resolved with, by the same resolver. A
-    /// branch answers so only what the source resolved before its fork point; an occurrence
-    /// the source never resolved (or that timed out) waits for a live answer.
+    /// interrupts short-circuit with their recorded resolution): an approval gets the
+    /// source's votes on the same occurrence of the same node one at a time, in order, each
+    /// by its voter (a quorum closes as it did); another kind gets the resume value the
+    /// source's occurrence was resolved with, by the same resolver. A branch answers so only
+    /// what the source answered before its fork point; an occurrence the source never
+    /// answered (or that timed out) waits for a live answer.
     pub(super) async fn replay_resolution(&self, run: &RunState) -> Result<(), ServiceError> {
         let Some(link) = run.replay.as_ref() else { return Ok(()) };
         let (Some(source), Some(pending)) = (link.source_run_id.as_deref(), run.pending_interrupt()) else {
             return Ok(());
         };
-        let ordinal =
-            run.interrupts.iter().filter(|record| record.node_id == pending.node_id).position(|r| r.id == pending.id);
+        let node = pending.node_id.as_str();
+        let Some(ordinal) =
+            run.interrupts.iter().filter(|record| record.node_id == node).position(|r| r.id == pending.id)
+        else {
+            return Ok(());
+        };
         let (events, _) = self.all_events(source).await?;
-        let recorded = ordinal.and_then(|ordinal| {
-            events
+        let at_node =
+            |event: &&RunEvent, kind: &str| event.event_type == kind && event.node_id.as_deref() == Some(node);
+        let answer = if pending.kind == InterruptKind::Approval {
+            // The source's occurrence (its k-th suspension here), its votes, and the next one.
+            let suspended = events.iter().filter(|e| at_node(e, types::NODE_SUSPENDED)).nth(ordinal);
+            let occurrence = suspended.and_then(|e| e.payload.get("interruptId")).and_then(Value::as_str);
+            let votes: Vec<&RunEvent> = events
                 .iter()
-                .filter(|e| e.event_type == types::INTERRUPT_RESOLVED && e.node_id.as_deref() == Some(&pending.node_id))
-                .nth(ordinal)
-        });
-        let Some(recorded) = recorded.filter(|event| link.resolves(event.sequence)) else { return Ok(()) };
-        let value = recorded.payload.get("resumeValue").cloned().unwrap_or(Value::Null);
-        if value.is_null() {
+                .filter(|e| at_node(e, types::APPROVAL_RECEIVED))
+                .filter(|e| occurrence.is_some() && e.payload.get("interruptId").and_then(Value::as_str) == occurrence)
+                .collect();
+            let (own, _) = self.all_events(&run.run_id).await?;
+            let cast = own
+                .iter()
+                .filter(|e| e.event_type == types::APPROVAL_RECEIVED)
+                .filter(|e| e.payload.get("interruptId").and_then(Value::as_str) == Some(pending.id.as_str()))
+                .count();
+            votes.get(cast).map(|vote| {
+                let mut value = serde_json::Map::new();
+                for field in ["action", "feedback", "comment", "editedArtifactData"] {
+                    if let Some(found) = vote.payload.get(field) {
+                        value.insert(field.to_owned(), found.clone());
+                    }
+                }
+                // A voter named apart from the resolver was named in the answer.
+                let voter = vote.payload.get("voter").filter(|voter| *voter != &vote.payload["decidedBy"]);
+                if let Some(voter) = voter {
+                    value.insert("voter".to_owned(), voter.clone());
+                }
+                (vote.sequence, Value::Object(value), vote.payload.get("decidedBy").and_then(Value::as_str))
+            })
+        } else {
+            let resolved = events.iter().filter(|e| at_node(e, types::INTERRUPT_RESOLVED)).nth(ordinal);
+            resolved.map(|e| {
+                let value = e.payload.get("resumeValue").cloned().unwrap_or(Value::Null);
+                (e.sequence, value, e.payload.get("resolvedBy").and_then(Value::as_str))
+            })
+        };
+        let Some((sequence, value, by)) = answer else { return Ok(()) };
+        if !link.resolves(sequence) || value.is_null() {
             return Ok(());
         }
-        let resolver = match recorded.payload.get("resolvedBy").and_then(Value::as_str) {
+        let resolver = match by {
             Some("interrupt-token") | None => Resolver::Token,
             Some(subject) => Resolver::Principal(subject.to_owned()),
         };
         let resolution = Resolution {
-            node_id: pending.node_id.clone(),
+            node_id: node.to_owned(),
             interrupt_id: Some(pending.id.clone()),
             value,
             resolver,
             prior_vote: None,
         };
-        tracing::debug!(run_id = %run.run_id, node = %pending.node_id, "answering a fork's interrupt as its source was");
+        tracing::debug!(run_id = %run.run_id, node, "answering a fork's interrupt as its source was");
         Box::pin(self.advance(None, &run.run_id, Input::Resolve(resolution), &super::NoHooks)).await?;
         Ok(())
     }
