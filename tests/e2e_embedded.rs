@@ -19,14 +19,7 @@ async fn two_runs_are_diffed_by_event_and_by_state() {
     let mut driver = trellis_testkit::HttpDriver::new(format!("http://{}", host.addr), KEY);
     let (one, two) = trellis_testkit::replay::diff_scenario(&mut driver).await;
     // `trellis runs diff` shows the same for people.
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
-        .args(["runs", "diff", &one, &two])
-        .env("TRELLIS_URL", format!("http://{}", host.addr))
-        .env("TRELLIS_API_KEY", KEY)
-        .env_remove("TRELLIS_CONFIG")
-        .output()
-        .await
-        .expect("trellis runs");
+    let output = common::trellis_cli(&format!("http://{}", host.addr), KEY, &["runs", "diff", &one, &two]).await;
     let shown = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{shown}{}", String::from_utf8_lossy(&output.stderr));
     assert!(shown.contains("part at event 0") && shown.contains("run.started"), "{shown}");

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{serve_args, start, write_keys_file, Client};
+use common::{serve_args, start, trellis_cli, write_keys_file, Client};
 use serde_json::{json, Value};
 use trellis_testkit::http_server::{Reply, TestServer};
 use trellis_testkit::replay;
@@ -176,25 +176,14 @@ async fn a_completed_run_cannot_be_redriven_and_v2_forks_with_projected_ids() {
     assert_eq!((status, refused["error"].as_str()), (409, Some("run_state_conflict")), "{refused}");
 
     // The same from the command line.
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
-        .args(["runs", "fork", &source, "--mode", "branch", "--from-seq", "1", "--watch"])
-        .env("TRELLIS_URL", format!("http://{}", host.addr))
-        .env("TRELLIS_API_KEY", SEAM_KEY)
-        .env_remove("TRELLIS_CONFIG")
-        .output()
-        .await
-        .expect("trellis runs");
+    let base = format!("http://{}", host.addr);
+    let output =
+        trellis_cli(&base, SEAM_KEY, &["runs", "fork", &source, "--mode", "branch", "--from-seq", "1", "--watch"])
+            .await;
     let shown = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{shown}{}", String::from_utf8_lossy(&output.stderr));
     assert!(shown.contains(&format!("branch fork of {source} from event 1")), "{shown}");
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
-        .args(["runs", "redrive", &source])
-        .env("TRELLIS_URL", format!("http://{}", host.addr))
-        .env("TRELLIS_API_KEY", SEAM_KEY)
-        .env_remove("TRELLIS_CONFIG")
-        .output()
-        .await
-        .expect("trellis runs");
+    let output = trellis_cli(&base, SEAM_KEY, &["runs", "redrive", &source]).await;
     assert!(!output.status.success(), "a completed run is not redriven");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("run_state_conflict"),
@@ -274,32 +263,22 @@ async fn retention_delete_and_prune_and_the_sweeper_removes_expired_runs() {
     let expired = replay::retention_scenario(&mut driver).await;
 
     // The same from the command line.
-    let trellis = |args: &[&str]| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"));
-        command
-            .args(args)
-            .env("TRELLIS_URL", format!("http://{}", host.addr))
-            .env("TRELLIS_API_KEY", SEAM_KEY)
-            .env_remove("TRELLIS_CONFIG");
-        command
-    };
+    let base = format!("http://{}", host.addr);
     let client = Client::new(format!("http://{}", host.addr), SEAM_KEY);
     let run = client.create(json!({"workflowId": "prune-chain"})).await;
     client.wait_terminal(&run, Duration::from_secs(10)).await;
     let output =
-        trellis(&["runs", "prune", "--workflow", "prune-chain", "--keep", "0", "--dry-run"]).output().await.unwrap();
+        trellis_cli(&base, SEAM_KEY, &["runs", "prune", "--workflow", "prune-chain", "--keep", "0", "--dry-run"]).await;
     let shown = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success() && shown.contains(&run) && shown.contains("would delete 3 runs"), "{shown}");
     tokio::time::sleep(Duration::from_millis(1_100)).await;
-    let output = trellis(&["runs", "prune", "--workflow", "prune-chain", "--keep", "0", "--older-than", "1s"])
-        .output()
-        .await
-        .unwrap();
+    let prune = ["runs", "prune", "--workflow", "prune-chain", "--keep", "0", "--older-than", "1s"];
+    let output = trellis_cli(&base, SEAM_KEY, &prune).await;
     let shown = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success() && shown.contains("deleted 3 runs"), "{shown}");
     let kept = client.create(json!({"workflowId": "retention-kept"})).await;
     client.wait_terminal(&kept, Duration::from_secs(10)).await;
-    let output = trellis(&["runs", "delete", &kept]).output().await.unwrap();
+    let output = trellis_cli(&base, SEAM_KEY, &["runs", "delete", &kept]).await;
     let shown = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success() && shown.contains("deleted (1 runs"),

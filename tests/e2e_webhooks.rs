@@ -243,14 +243,8 @@ async fn aws_only_integration_is_refused_with_capability_required() {
     let (status, body) = driver_call(&mut driver, "POST", "/v1/runs", Some(run)).await;
     assert_eq!((status, body["details"]["field"].as_str()), (422, Some("callbackUrl")), "{body}");
     // The CLI's queue options build the same registration: refused the same way.
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
-        .args(["triggers", "create", "plain", "--event-source", "com.example.shop", "--detail-type", "OrderPlaced"])
-        .env("TRELLIS_URL", format!("http://{}", host.addr))
-        .env("TRELLIS_API_KEY", KEY)
-        .env_remove("TRELLIS_CONFIG")
-        .output()
-        .await
-        .expect("trellis runs");
+    let args = ["triggers", "create", "plain", "--event-source", "com.example.shop", "--detail-type", "OrderPlaced"];
+    let output = common::trellis_cli(&format!("http://{}", host.addr), KEY, &args).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("capability_required"), "{stderr}");
     let (_, listed) = driver_call(&mut driver, "GET", "/v1/trigger-subscriptions", None).await;
@@ -310,15 +304,7 @@ async fn a_crash_between_commit_and_send_loses_no_delivery() {
 
 /// Runs the `trellis` client against `base` with `KEY`; its stdout (exit 0 expected).
 async fn cli(base: &str, args: &[&str]) -> String {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
-        .args(args)
-        .env("TRELLIS_URL", base)
-        .env("TRELLIS_API_KEY", KEY)
-        .env_remove("TRELLIS_CONFIG")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .await
-        .expect("trellis runs");
+    let output = common::trellis_cli(base, KEY, args).await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "trellis {args:?}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
     stdout

@@ -4,7 +4,6 @@
 //! retention already reads as gone before the sweep reaches it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::{debug, warn};
@@ -14,36 +13,28 @@ use trellis_store_sqlite::SqliteStore;
 /// Runs deleted per pass at most (the next pass goes on).
 const PER_PASS: usize = 500;
 
-/// Sweeps until `stop` turns true.
+/// Sweeps every `interval_ms` until `stop` turns true.
 pub async fn sweep_loop(
     services: Arc<Services>,
     store: Arc<SqliteStore>,
     interval_ms: u64,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let mut interval = tokio::time::interval(Duration::from_millis(interval_ms.max(10)));
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            _ = stop.changed() => {}
-        }
-        if *stop.borrow() {
-            return;
-        }
+    trellis_worker::every(interval_ms.max(10), stop, || async {
         let expired = match store.expired_runs(services.clock.now(), PER_PASS) {
             Ok(expired) => expired,
             Err(error) => {
                 warn!(%error, "listing the runs past their retention failed; the next pass tries again");
-                continue;
+                return;
             }
         };
         if expired.is_empty() {
-            continue;
+            return;
         }
         match services.sweep_expired(&expired).await {
             Ok(deleted) => debug!(deleted, "retention sweep"),
             Err(error) => warn!(%error, "a retention sweep failed; the next pass goes on"),
         }
-    }
+    })
+    .await;
 }

@@ -58,6 +58,19 @@ pub fn serve_args(data_dir: Option<&Path>) -> ServeArgs {
     }
 }
 
+/// Runs the `trellis` client against `base` with `key` (no config file is read); its output.
+pub async fn trellis_cli(base: &str, key: &str, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_trellis"))
+        .args(args)
+        .env("TRELLIS_URL", base)
+        .env("TRELLIS_API_KEY", key)
+        .env_remove("TRELLIS_CONFIG")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .await
+        .expect("the trellis binary runs")
+}
+
 pub async fn start(args: ServeArgs) -> EmbeddedHost {
     start_with(args, HostOptions { api_key: Some(KEY.to_owned()), ..HostOptions::default() }).await
 }

@@ -8,7 +8,8 @@
 //! The embedded host runs [`run_loop`] in-process over the SQLite task table (claim due
 //! tasks under a lease, run them, acknowledge or release them); [`process_task`] is the step
 //! of one task, and the AWS dispatcher (`trellis-aws`) calls it once per SQS message.
-//! [`schedule_loop`] ticks the scheduler (due schedule occurrences start their runs).
+//! [`schedule_loop`] ticks the scheduler (due schedule occurrences start their runs); [`every`]
+//! keeps time for the embedded host's periodic loops.
 //! [`CrashPoint`] names where the crash-recovery tests abort the process.
 //!
 //! `Execute` tasks run an activity attempt (`activity`): embedded, they run concurrently
@@ -28,5 +29,5 @@ mod webhook;
 pub use activity::{GRACE_MS, LEASE_MARGIN_MS};
 pub use crash::{CrashPoint, SimulatedCrash};
 pub use local::{run_loop, LocalNotifier, SystemClock, WorkerOptions, DEFAULT_MAX_CONCURRENT_ACTIVITIES};
-pub use schedule::schedule_loop;
+pub use schedule::{every, schedule_loop};
 pub use step::{process_task, TaskContext, TaskResult};
