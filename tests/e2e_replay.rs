@@ -166,6 +166,13 @@ async fn a_replay_answers_an_http_node_from_the_log_and_delivers_no_webhook() {
     host.stop().await;
 }
 
+/// Sends `request` on the v2 surface (`OpenWOP-Version: 2`, this suite's key); status and body.
+async fn v2(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let response = request.bearer_auth(SEAM_KEY).header("OpenWOP-Version", "2").send().await.expect("the host answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON body"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completed_run_cannot_be_redriven_and_v2_forks_with_projected_ids() {
     let (host, mut driver, _dir) = host(false).await;
@@ -194,7 +201,7 @@ async fn a_completed_run_cannot_be_redriven_and_v2_forks_with_projected_ids() {
     // The same Idempotency-Key, sent twice at once: one fork; both answers name it.
     let http = reqwest::Client::new();
     let keyed = |body: Value| {
-        http.post(format!("http://{}/v1/runs/{source}:fork", host.addr))
+        http.post(format!("{base}/v1/runs/{source}:fork"))
             .bearer_auth(SEAM_KEY)
             .header("Idempotency-Key", "fork-once")
             .json(&body)
@@ -214,39 +221,16 @@ async fn a_completed_run_cannot_be_redriven_and_v2_forks_with_projected_ids() {
     let changed = keyed(json!({"mode": "branch", "fromSeq": 0})).await.unwrap();
     assert_eq!(changed.status().as_u16(), 409, "the same key with another body: idempotency_key_mismatch");
     let projected = format!("default~2F{source}");
-    let response = http
-        .post(format!("http://{}/runs/{projected}:fork", host.addr))
-        .bearer_auth(SEAM_KEY)
-        .header("OpenWOP-Version", "2")
-        .json(&json!({"fromSeq": 0, "mode": "replay"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 201);
-    let body: Value = response.json().await.unwrap();
+    let fork = http.post(format!("{base}/runs/{projected}:fork")).json(&json!({"fromSeq": 0, "mode": "replay"}));
+    let (status, body) = v2(fork).await;
+    assert_eq!(status, 201, "{body}");
     assert_eq!(body["sourceRunId"], format!("default/{source}"));
     let fork_id = body["runId"].as_str().unwrap().strip_prefix("default/").expect("a v2 id").to_owned();
     assert!(body["eventsUrl"].as_str().unwrap().starts_with("/runs/default~2F"), "{body}");
     Runner::new(&mut driver).await_terminal(&fork_id).await;
-    let diff: Value = http
-        .get(format!("http://{}/runs/{projected}:diff?against=default~2F{fork_id}", host.addr))
-        .bearer_auth(SEAM_KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, diff) = v2(http.get(format!("{base}/runs/{projected}:diff?against=default~2F{fork_id}"))).await;
     assert_eq!(diff["a"], format!("default/{source}"), "{diff}");
-    let discovery: Value = http
-        .get(format!("http://{}/.well-known/openwop", host.addr))
-        .header("OpenWOP-Version", "2")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, discovery) = v2(http.get(format!("{base}/.well-known/openwop"))).await;
     assert_eq!(discovery["replay"]["status"], "stable", "{}", discovery["replay"]);
     assert!(discovery["replay"]["witness"].is_string());
     host.stop().await;

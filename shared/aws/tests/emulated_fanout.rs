@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use trellis_testkit::replay::shape;
 
 mod support;
 
@@ -170,16 +171,6 @@ impl Backend<'_> {
             Backend::Embedded(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
-}
-
-/// `(type, nodeId)` of every event.
-fn shape(events: &[Value]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .map(|e| {
-            (e["type"].as_str().unwrap_or_default().to_owned(), e["nodeId"].as_str().unwrap_or_default().to_owned())
-        })
-        .collect()
 }
 
 /// The child run id of every child of `node_id`, by index: the loop's `itemStarted`

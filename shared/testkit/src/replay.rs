@@ -58,8 +58,9 @@ pub async fn diff_scenario(driver: &mut dyn Driver) -> (String, String) {
     (one, two)
 }
 
-/// `(type, nodeId)` of each event, the replay-stable part of a log.
-fn shape(events: &[Value]) -> Vec<(String, String)> {
+/// `(type, nodeId)` of each event: the part of a log that two runs of one workflow (a run and
+/// its replay, or the same scenario on two backends) share.
+pub fn shape(events: &[Value]) -> Vec<(String, String)> {
     events
         .iter()
         .map(|e| {
