@@ -13,10 +13,10 @@ use std::time::Duration;
 use common::{serve_args, start, trellis_cli, write_keys_file, Client};
 use serde_json::{json, Value};
 use trellis_testkit::http_server::{Reply, TestServer};
-use trellis_testkit::replay;
 use trellis_testkit::script::Runner;
 use trellis_testkit::webhooks::{self, WebhookReceiver};
 use trellis_testkit::HttpDriver;
+use trellis_testkit::{replay, rerun};
 
 /// The key of these tests: every scope, and the test seams.
 const SEAM_KEY: &str = "replay-key";
@@ -276,4 +276,113 @@ async fn retention_delete_and_prune_and_the_sweeper_removes_expired_runs() {
     use trellis_core::ports::RunStore;
     assert_eq!(store.load_run(&expired).await.unwrap(), None, "the sweeper removed the run past its retention");
     assert!(store.events_after(&expired, None, 10).await.unwrap().is_empty(), "and its log");
+}
+
+/// An embedded host with the seams, loopback allowed, and the fake model as its provider.
+async fn host_with_model(
+    model: &trellis_testkit::fake_model::FakeModel,
+) -> (trellis::host::EmbeddedHost, HttpDriver, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = serve_args(None);
+    args.test_seams = true;
+    args.keys_file = Some(write_keys_file(dir.path(), &[(SEAM_KEY, "default", &["*", "test:seams"])]));
+    let providers = json!([{"id": "fake", "kind": "openai", "baseUrl": model.openai_base_url(), "models": ["fake-model"], "default": true}]);
+    let file = dir.path().join("providers.json");
+    std::fs::write(&file, providers.to_string()).unwrap();
+    args.ai.providers_file = Some(file);
+    let host = start(args).await;
+    let driver = HttpDriver::new(format!("http://{}", host.addr), SEAM_KEY);
+    (host, driver, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_takes_unchanged_results_from_the_cache_and_calls_what_changed() {
+    let model = trellis_testkit::fake_model::FakeModel::start().await;
+    let (host, mut driver, _dir) = host_with_model(&model).await;
+    let server = TestServer::start().await;
+    rerun::serve(&server);
+    let client = Client::new(format!("http://{}", host.addr), SEAM_KEY);
+    let (status, body) = client.request("POST", "/v1/workflows", Some(rerun::workflow(&server))).await;
+    assert_eq!(status, 201, "{body}");
+    let [source, _, changed] = rerun::scenario(&mut driver, &model, &server).await;
+
+    // The client: `trellis runs rerun` with one input changed keeps the others.
+    let base = format!("http://{}", host.addr);
+    let before = model.requests().len();
+    let output =
+        trellis_cli(&base, SEAM_KEY, &["-o", "json", "runs", "rerun", &changed, "--input", "tone=warm", "--watch"])
+            .await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(model.requests().len(), before, "the same inputs as its source: every model call from the cache");
+    let output = trellis_cli(&base, SEAM_KEY, &["runs", "rerun", &source, "--no-cache"]).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("without the cache"));
+    host.stop().await;
+}
+
+/// The seam's key for `body`.
+async fn cache_key(driver: &mut HttpDriver, body: Value) -> String {
+    let (status, answer) =
+        trellis_testkit::Driver::call(driver, "POST", "/v1/host/sample/test/llm-cache-key", Some(body), true).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["recipe"], "openwop-semantic-request-v2");
+    answer["cacheKey"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_llm_cache_key_seam_computes_the_v2_recipe() {
+    let (host, mut driver, _dir) = host(true).await;
+    // Golden digests computed outside the host (Python's json.dumps with sorted keys and no
+    // whitespace equals JCS for these ASCII documents; sha256 lowercase hex).
+    let system = json!({"provider": "anthropic", "model": "claude-3-5-sonnet-20240620", "temperature": 0.7,
+        "messages": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "What is 2+2?"}]});
+    assert_eq!(
+        cache_key(&mut driver, system).await,
+        "b8d3304e343970ac53f3cc7cb486b5f2ac91147262c57994abca3f5688fd9f93"
+    );
+    let base = json!({"provider": "openai", "model": "gpt-4", "temperature": 0.2, "seed": 42,
+        "messages": [{"role": "user", "content": "v2-sensitivity-probe"}],
+        "providerOptions": {"vendor.openai.logitBias": {"50256": -100}}});
+    assert_eq!(
+        cache_key(&mut driver, base.clone()).await,
+        "89f4c434a8d6ab985f7a8fb5a1ecedafb99d44a5ccb3534ab3a519a3ced8800e"
+    );
+    // Transport fields change nothing; each recipe field changes the key.
+    let mut noisy = base.clone();
+    for (field, value) in [
+        ("stream", json!(true)),
+        ("user", json!("u")),
+        ("metadata", json!({"traceId": "a"})),
+        ("x-request-id", json!("r")),
+        ("tenantId", json!("t")),
+        ("timeoutMs", json!(30000)),
+    ] {
+        noisy[field] = value;
+    }
+    assert_eq!(cache_key(&mut driver, noisy).await, cache_key(&mut driver, base.clone()).await);
+    for (field, value) in [
+        ("seed", json!(43)),
+        ("stop", json!(["HALT"])),
+        ("maxOutputTokens", json!(100)),
+        ("temperature", json!(1.0)),
+        ("providerOptions", json!({"vendor.openai.logitBias": {"50256": 100}})),
+    ] {
+        let mut changed = base.clone();
+        changed[field] = value;
+        assert_ne!(
+            cache_key(&mut driver, changed).await,
+            cache_key(&mut driver, base.clone()).await,
+            "{field} decides the completion"
+        );
+    }
+    let (status, error) = trellis_testkit::Driver::call(
+        &mut driver,
+        "POST",
+        "/v1/host/sample/test/llm-cache-key",
+        Some(json!({"model": "m"})),
+        true,
+    )
+    .await;
+    assert_eq!((status, error["details"]["field"].as_str()), (400, Some("provider")), "{error}");
+    host.stop().await;
 }

@@ -355,6 +355,26 @@ pub enum RunsCommand {
         #[arg(long)]
         watch: bool,
     },
+    /// Run an ended run's workflow version again, with its inputs or with some changed: its
+    /// model calls and GET/HEAD requests whose request is unchanged take the source's results
+    /// (a cache hit records trellis.node.replayed); --no-cache calls everything again.
+    Rerun {
+        /// The source run.
+        run_id: String,
+        /// An input to change, k=v (repeatable; v parsed as JSON when it parses); the others
+        /// stay the source's.
+        #[arg(long = "input", value_name = "K=V")]
+        inputs: Vec<String>,
+        /// A JSON object of inputs to change (--input keys override its keys).
+        #[arg(long, value_name = "FILE")]
+        inputs_file: Option<PathBuf>,
+        /// Call every node again instead of taking cached results.
+        #[arg(long)]
+        no_cache: bool,
+        /// Watch the rerun until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
     /// Delete a run that has ended, with its child runs (--force cancels a live one first).
     Delete {
         /// The run id.

@@ -1,5 +1,5 @@
-//! `trellis runs start|list|show|cancel|pause|resume|wait` (`events` and `watch` have their
-//! own modules).
+//! `trellis runs start|list|show|cancel|pause|resume|wait|diff|fork|redrive|rerun|delete|prune`
+//! (`events` and `watch` have their own modules).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,6 +58,30 @@ pub async fn run(api: &Api, out: Out, command: &RunsCommand) -> Result<Exit, Cli
             let path = format!("/v1/runs/{}:redrive", encode(run_id));
             let forked = api.send(Method::POST, &path, Some(&json!({})), &[]).await?;
             started_fork(api, out, &forked, *watch).await
+        }
+        RunsCommand::Rerun { run_id, inputs, inputs_file, no_cache, watch } => {
+            let mut body = json!({ "useCache": !no_cache });
+            if !inputs.is_empty() || inputs_file.is_some() {
+                let source = api.get(&format!("/v1/runs/{}", encode(run_id))).await?;
+                let mut merged = source["inputs"].as_object().cloned().unwrap_or_default();
+                merged.extend(input_object(inputs, inputs_file.as_ref())?);
+                body["inputs"] = Value::Object(merged);
+            }
+            let rerun = api.send(Method::POST, &format!("/v1/runs/{}:rerun", encode(run_id)), Some(&body), &[]).await?;
+            let new_id = rerun["runId"]
+                .as_str()
+                .ok_or_else(|| ClientError::Input(format!("the host answered no runId: {rerun}")))?
+                .to_owned();
+            if out.json() {
+                print_json(&rerun);
+            } else {
+                let cache = if *no_cache { "without the cache" } else { "with the cache" };
+                say!("{new_id}: rerun of {} {cache}", text(&rerun, "sourceRunId"));
+            }
+            if *watch {
+                return super::watch::watch(api, out, &new_id).await;
+            }
+            Ok(Exit::Success)
         }
         RunsCommand::Delete { run_id, force } => {
             let query = if *force { "?force=true" } else { "" };
@@ -162,6 +186,19 @@ pub fn read_json_file(path: &PathBuf, what: &str) -> Result<Value, ClientError> 
     serde_json::from_str(&text).map_err(|error| ClientError::Input(format!("{what} {shown}: not JSON: {error}")))
 }
 
+/// The inputs of `--inputs-file` with the `--input` pairs over them.
+fn input_object(pairs: &[String], inputs_file: Option<&PathBuf>) -> Result<Map<String, Value>, ClientError> {
+    let mut inputs = match inputs_file {
+        Some(path) => match read_json_file(path, "--inputs-file")? {
+            Value::Object(object) => object,
+            _ => return Err(ClientError::Input(format!("--inputs-file {}: must be a JSON object", path.display()))),
+        },
+        None => Map::new(),
+    };
+    inputs.extend(parse_pairs(pairs, "--input")?);
+    Ok(inputs)
+}
+
 async fn start(
     api: &Api,
     out: Out,
@@ -171,14 +208,7 @@ async fn start(
     idempotency_key: Option<&str>,
     then_watch: bool,
 ) -> Result<String, ClientError> {
-    let mut inputs = match inputs_file {
-        Some(path) => match read_json_file(path, "--inputs-file")? {
-            Value::Object(object) => object,
-            _ => return Err(ClientError::Input(format!("--inputs-file {}: must be a JSON object", path.display()))),
-        },
-        None => Map::new(),
-    };
-    inputs.extend(parse_pairs(pairs, "--input")?);
+    let inputs = input_object(pairs, inputs_file)?;
     let body = json!({ "workflowId": workflow, "inputs": inputs });
     let headers: Vec<(&str, &str)> = idempotency_key.map(|key| ("idempotency-key", key)).into_iter().collect();
     let created = api.send(Method::POST, "/v1/runs", Some(&body), &headers).await?;

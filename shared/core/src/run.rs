@@ -479,6 +479,10 @@ pub struct RunState {
     /// `None`: kept until deleted). Fixed at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_ms: Option<u64>,
+    /// The run a rerun takes its cacheable results from (`:rerun` with `useCache`; its
+    /// children too, see [`crate::cache`]). Fixed at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::cache::CacheLink>,
 }
 
 /// What one commit changed in a run's state besides its header (every field but `nodes`,
@@ -555,6 +559,7 @@ impl RunState {
             ai: self.ai.clone(),
             replay: self.replay.clone(),
             retention_ms: self.retention_ms,
+            cache: self.cache.clone(),
         }
     }
 

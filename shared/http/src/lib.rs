@@ -97,6 +97,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/host/sample/test/runs/{run_id}/variables", post(routes::seams::set_variables))
         .route("/v1/host/sample/test/emit-provider-usage", post(routes::seams_usage::emit_provider_usage))
         .route("/v1/host/sample/replay/effect-count", get(routes::seams::effect_count))
+        .route("/v1/host/sample/test/llm-cache-key", post(routes::seams::llm_cache_key))
         .route("/v1/workflows/{workflow_id}", get(routes::workflows::get_workflow))
         .route("/v1/webhooks", post(routes::webhooks::register).get(routes::webhooks::list))
         .route("/v1/webhooks/{webhook_id}", get(routes::webhooks::get).delete(routes::webhooks::delete))

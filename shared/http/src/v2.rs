@@ -185,7 +185,7 @@ async fn snapshot(
     Ok(Json(crate::routes::runs::run_document(Wire::V2, &state, &base, &run)))
 }
 
-/// `POST /runs/{runId}:pause`, `:resume`, `:fork` and `:redrive`.
+/// `POST /runs/{runId}:pause`, `:resume`, `:fork`, `:redrive` and `:rerun`.
 async fn custom_method(
     caller: Caller,
     State(state): State<AppState>,
@@ -204,6 +204,10 @@ async fn custom_method(
         "redrive" => {
             let run_id = internal_id(&caller, segment)?;
             crate::routes::replay::redrive(Wire::V2, &caller, &state, &base, &run_id).await
+        }
+        "rerun" => {
+            let run_id = internal_id(&caller, segment)?;
+            crate::routes::replay::rerun(Wire::V2, &caller, &state, &base, &run_id, &body).await
         }
         "pause" | "resume" => {
             caller.require(Scope::RunsCancel)?;

@@ -19,6 +19,7 @@ pub mod net;
 pub mod patterns;
 pub mod process;
 pub mod replay;
+pub mod rerun;
 pub mod script;
 pub mod supervisor_model;
 pub mod webhooks;

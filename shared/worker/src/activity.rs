@@ -3,7 +3,9 @@
 //! registered executor bounded by the attempt's budget (plus a grace) and, when the node
 //! asks for one, a heartbeat watchdog, then hands the outcome back as
 //! `Input::ActivityFinished` for the one commit loop. An attempt of a fork resolves the
-//! source's recorded outcome instead, where [`Services::replayed_attempt`] says so. Progress reports are committed as
+//! source's recorded outcome instead, where [`Services::replayed_attempt`] says so, and a
+//! rerun's cacheable first attempt the source's result, where [`Services::cached_result`]
+//! finds one. Progress reports are committed as
 //! `Input::ActivityProgress` as they come. Executors never touch the store.
 //!
 //! Crash point `after-activity`: the executor returned and nothing is committed yet — the
@@ -55,13 +57,29 @@ pub(crate) async fn execute(
         .ok()
         .and_then(|workflow| activity_call(workflow, &run, attempt.node_id, attempt.activation, attempt.attempt, now));
     let replay = run.replay.clone();
-    services.store.retain_run(run);
-    let workflow = workflow?;
+    let workflow = match workflow {
+        Ok(workflow) => workflow,
+        Err(error) => {
+            services.store.retain_run(run);
+            return Err(error);
+        }
+    };
     let Some(mut call) = call else {
+        services.store.retain_run(run);
         debug!(run_id = %task.run_id, task = %task.id, "attempt superseded or finished; not executing it");
         return Ok(None);
     };
-    let Some(compiled) = workflow.activity(attempt.node_id) else { return Ok(None) };
+    let Some(compiled) = workflow.activity(attempt.node_id) else {
+        services.store.retain_run(run);
+        return Ok(None);
+    };
+    // A rerun's cacheable activity: the source's result under the same key, when it has one.
+    let cached = match &run.cache {
+        Some(link) if compiled.cacheable && replay.is_none() => services.cached_result(link, &run, &call).await,
+        _ => Ok(None),
+    };
+    services.store.retain_run(run);
+    let cached = cached?;
     // A definition stored under a higher ceiling still runs: its attempts get this host's.
     call.timeout_ms = call.timeout_ms.min(services.limits.max_attempt_ms);
     if let Some(queue) = &context.lease {
@@ -72,13 +90,14 @@ pub(crate) async fn execute(
     }
     let sink = WorkerProgress::new(services, &call);
     // A fork's side effects: the source's recorded outcome, or a live call (see `trellis_core::replay`).
-    let recorded = match &replay {
-        Some(link) => services.replayed_attempt(link, &call).await?,
-        None => None,
+    let recorded = match (&replay, cached) {
+        (Some(link), _) => services.replayed_attempt(link, &call).await?,
+        (None, Some((hit, outputs))) => Some((vec![hit], Ok(outputs))),
+        (None, None) => None,
     };
     let result = match recorded {
         Some((progress, result)) => {
-            debug!(run_id = %call.run_id, node = %call.node_id, attempt = call.attempt, "attempt resolved from the source run");
+            debug!(run_id = %call.run_id, node = %call.node_id, attempt = call.attempt, "attempt resolved from the source run (a fork's record or a rerun's cache)");
             for report in progress {
                 sink.report(report).await;
             }

@@ -33,7 +33,7 @@
 pub mod agent;
 pub mod anthropic;
 pub mod config;
-pub mod identity;
+pub use trellis_core::ai::identity;
 pub mod mock;
 pub mod node;
 pub mod openai;
@@ -198,6 +198,11 @@ impl Activity for CallPromptActivity {
     /// A chat completion has no side effect at the provider: retried under
     /// `WorkflowSettings.maxRetries` without an explicit `settings.retry`.
     fn idempotent(&self, _config: &Map<String, Value>) -> bool {
+        true
+    }
+
+    /// A chat completion is cacheable: a rerun with the same request identity takes its answer.
+    fn cacheable(&self, _config: &Map<String, Value>) -> bool {
         true
     }
 

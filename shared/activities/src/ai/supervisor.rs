@@ -94,6 +94,11 @@ impl Activity for SupervisorModelActivity {
         true
     }
 
+    /// A decision call is cacheable: a rerun with the same request takes its decision.
+    fn cacheable(&self, _config: &Map<String, Value>) -> bool {
+        true
+    }
+
     fn model_call(&self) -> bool {
         true
     }

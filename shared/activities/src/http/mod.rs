@@ -116,6 +116,12 @@ impl Activity for HttpRequestActivity {
         config::parse(config).is_ok_and(|parsed| IDEMPOTENT_METHODS.contains(&parsed.method))
     }
 
+    /// Read-only methods only: a rerun takes a `GET`/`HEAD`'s recorded answer, never a
+    /// `POST`/`PUT`/`PATCH`/`DELETE`'s (unless the node sets `settings.cacheable: true`).
+    fn cacheable(&self, config: &Map<String, Value>) -> bool {
+        config::parse(config).is_ok_and(|parsed| matches!(parsed.method, "GET" | "HEAD"))
+    }
+
     fn needs_credentials(&self, config: &Map<String, Value>) -> bool {
         config.get("auth").is_some_and(|auth| !auth.is_null())
     }

@@ -165,6 +165,16 @@ pub enum Progress {
     /// One provider invocation's usage (committed as `provider.usage`, rolled into the
     /// run's cost and budget). Reported once per invocation, before the attempt returns.
     Usage(crate::ai::usage::ProviderUsage),
+    /// The attempt's result is a rerun's cache hit (committed as `trellis.node.replayed`;
+    /// see [`crate::cache`]): nothing was called.
+    Replayed {
+        /// The run whose log held the result.
+        source_run_id: String,
+        /// The sequence of the source's `node.completed`.
+        source_sequence: u64,
+        /// The key that matched.
+        cache_key: String,
+    },
 }
 
 /// Where an executor reports [`Progress`]; the worker commits it as an input for the attempt
@@ -204,6 +214,14 @@ pub trait Activity: Send + Sync + fmt::Debug {
     /// Whether a node with this config may be retried without an explicit `settings.retry`
     /// (under `WorkflowSettings.maxRetries`): true for idempotent calls only (e.g. GET).
     fn idempotent(&self, config: &Map<String, Value>) -> bool {
+        let _ = config;
+        false
+    }
+
+    /// Whether a rerun may take a node's result from its source's log instead of calling
+    /// again (see [`crate::cache`]): true only for calls that change nothing outside —
+    /// model calls, read-only HTTP methods. `settings.cacheable` overrides it per node.
+    fn cacheable(&self, config: &Map<String, Value>) -> bool {
         let _ = config;
         false
     }

@@ -138,6 +138,9 @@ pub struct NodePolicy {
     pub timeouts: Timeouts,
     /// `settings.idempotent`.
     pub idempotent: bool,
+    /// `settings.cacheable`: whether a rerun may take this node's result from its source
+    /// (`None`: as the kind says, see [`crate::cache`]).
+    pub cacheable: Option<bool>,
 }
 
 /// A policy field that breaks a rule: the JSON pointer below the node and why.
@@ -200,7 +203,12 @@ impl NodePolicy {
             Some(Value::Bool(flag)) => *flag,
             Some(_) => return Err(issue("/settings/idempotent", "/settings/idempotent must be a boolean")),
         };
-        Ok(Self { retry, timeouts, idempotent })
+        let cacheable = match settings.get("cacheable") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(flag)) => Some(*flag),
+            Some(_) => return Err(issue("/settings/cacheable", "/settings/cacheable must be a boolean")),
+        };
+        Ok(Self { retry, timeouts, idempotent, cacheable })
     }
 
     /// The retry policy in force: the explicit one; else `max_retries` retries when the call

@@ -10,11 +10,13 @@
 //!   host serves: `stream-text`, `error`, `usage-only`) and its checks;
 //! - [`budget`]: the run option `configurable.budget` (RFC 0084), what the run consumed
 //!   and the `budget.*` events the engine emits as it enforces it;
+//! - [`identity`]: the replay-stable request identity (OpenWOP §6.4) and RFC 8785 JCS;
 //! - [`chunk`]: the shape of a batch of streamed tokens inside `output.chunk`, which the
 //!   `messages` stream mode projects as `ai.message.chunk` frames.
 
 pub mod budget;
 pub mod chunk;
+pub mod identity;
 pub mod mock;
 pub mod usage;
 

@@ -88,11 +88,14 @@ impl Transition<'_> {
         });
         match prepared {
             Ok(request) => {
-                let activation = {
-                    let node = self.node_mut(node_id);
-                    node.activity = Some(ActivityProgress { attempt: 0, request, heartbeat: None });
-                    node.activation
-                };
+                let activation = self.node_mut(node_id).activation;
+                if compiled.cacheable {
+                    // The rerun result cache's key, on the first attempt's `node.started`.
+                    let state = &self.state;
+                    let key = crate::cache::key(&state.tenant, &state.workflow, node_id, activation, &request);
+                    self.annotate_node_started(node_id, crate::cache::KEY_FIELD, Value::String(key));
+                }
+                self.node_mut(node_id).activity = Some(ActivityProgress { attempt: 0, request, heartbeat: None });
                 if !self.budget_admits(node_id, 0) {
                     return;
                 }
@@ -247,6 +250,10 @@ impl Transition<'_> {
                 self.emit(types::PROVIDER_USAGE, Some(node_id), usage.payload(node_id));
                 self.state.ai.cost.get_or_insert_with(Default::default).add(&usage);
                 self.budget_usage(node_id, &usage);
+            }
+            Progress::Replayed { source_run_id, source_sequence, cache_key } => {
+                let payload = crate::cache::replayed_payload(node_id, &source_run_id, &cache_key, source_sequence);
+                self.emit(crate::cache::NODE_REPLAYED, Some(node_id), payload);
             }
         }
         Verdict::Applied

@@ -92,6 +92,7 @@ impl Header {
             ai,
             replay,
             retention_ms: _,
+            cache: _,
         } = state;
         Self {
             status: *status,

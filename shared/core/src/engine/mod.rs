@@ -38,7 +38,7 @@ pub use orchestration::{
     child_inputs, ASK_USER_QUESTION, ASK_USER_VARIABLE, CONFIDENCE_ESCALATED, CONFIDENCE_FLOOR,
     DEFAULT_ESCALATION_THRESHOLD, DISPATCH_TYPE_ID, MAX_FAN_OUT,
 };
-pub use progress::{cancels_its_child, child_run_id, PARENT_CANCELLED};
+pub use progress::{cancels_its_child, child_run_id, counterpart_child_id, PARENT_CANCELLED};
 pub use transitions::apply;
 
 /// The engine version stamped on `run.started` and snapshots.

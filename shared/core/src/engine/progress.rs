@@ -240,6 +240,18 @@ impl<'a> Transition<'a> {
         self.emit(types::NODE_STARTED, Some(node_id), payload);
     }
 
+    /// Adds `field` to the payload of the `node.started` of `node_id` this transition emitted.
+    pub(super) fn annotate_node_started(&mut self, node_id: &str, field: &str, value: Value) {
+        let started = self
+            .events
+            .iter_mut()
+            .rev()
+            .find(|event| event.event_type == types::NODE_STARTED && event.node_id.as_deref() == Some(node_id));
+        if let Some(Value::Object(payload)) = started.map(|event| &mut event.payload) {
+            payload.insert(field.to_owned(), value);
+        }
+    }
+
     /// Starts a child run for `node_id`; `worker` distinguishes the workers of one dispatch.
     pub(super) fn spawn_child(&mut self, node_id: &str, workflow_id: String, worker: Option<usize>) {
         if !self.admit_children(node_id, 1) {
@@ -689,6 +701,23 @@ fn idle_node() -> NodeState {
         error: None,
         loopbacks: 0,
     }
+}
+
+/// The id of the child that `source_run_id`'s node `node_id` started in the same place
+/// (activation, worker) as `child_run_id` of `run_id`'s node: how a fork's or a rerun's
+/// child finds the source's child it re-tells.
+pub fn counterpart_child_id(
+    run_id: &str,
+    source_run_id: &str,
+    node_id: &str,
+    activation: u32,
+    child_run_id: &str,
+) -> Option<String> {
+    let index = (0..=super::MAX_WIDTH as usize)
+        .map(Some)
+        .chain([None])
+        .find(|index| self::child_run_id(run_id, node_id, activation, *index) == child_run_id)?;
+    Some(self::child_run_id(source_run_id, node_id, activation, index))
 }
 
 /// The deterministic id of the child a run's node starts: per run, node and activation, and

@@ -79,6 +79,9 @@ pub struct ActivityNode {
     pub timeouts: Timeouts,
     /// One attempt's budget: the smaller of the kind's own timeout and `attemptMs`.
     pub attempt_ms: u64,
+    /// Whether a rerun may take its result from the source's log (`settings.cacheable`,
+    /// else the kind's word for its config; see [`crate::cache`]).
+    pub cacheable: bool,
 }
 
 /// The host's ceilings a registration is checked against.
@@ -216,7 +219,14 @@ fn compile_activities(
             });
         }
         let retry = policy.effective_retry(kind.idempotent(&node.config), max_retries);
-        compiled.push(Some(ActivityNode { kind: kind.clone(), retry, timeouts: policy.timeouts, attempt_ms }));
+        let cacheable = policy.cacheable.unwrap_or_else(|| kind.cacheable(&node.config));
+        compiled.push(Some(ActivityNode {
+            kind: kind.clone(),
+            retry,
+            timeouts: policy.timeouts,
+            attempt_ms,
+            cacheable,
+        }));
     }
     Ok(compiled)
 }

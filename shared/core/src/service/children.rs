@@ -137,6 +137,13 @@ impl Services {
         child.mocks_allowed |= parent.mocks_allowed;
         child.retention_ms = parent.retention_ms;
         child.replay = self.child_link(parent, node_id, child_run_id).await?;
+        // A rerun's child reruns the source's child in its place, with its cache.
+        child.cache = parent.cache.as_ref().and_then(|link| {
+            let activation = parent.nodes.get(node_id).map_or(0, |node| node.activation);
+            let source =
+                engine::counterpart_child_id(parent_run_id, &link.source_run_id, node_id, activation, child_run_id)?;
+            Some(crate::cache::CacheLink { source_run_id: source })
+        });
         let mut outcome = engine::apply(&workflow, &mut child, Input::Start, now);
         child.version = 1;
         outcome.effects.extend(self.integration_effects(&child, &outcome.events).await?);

@@ -254,6 +254,7 @@ pub(crate) fn new_run(
         ai: crate::ai::AiState::default(),
         replay: None,
         retention_ms: None,
+        cache: None,
     }
 }
 
@@ -361,7 +362,10 @@ fn check_escalation(configurable: Option<&Value>) -> Result<(), ServiceError> {
 
 /// Folds variable defaults, then the caller's inputs (the caller wins); checks declared
 /// types and required variables.
-fn seed_variables(workflow: &Workflow, inputs: Map<String, Value>) -> Result<Map<String, Value>, ServiceError> {
+pub(super) fn seed_variables(
+    workflow: &Workflow,
+    inputs: Map<String, Value>,
+) -> Result<Map<String, Value>, ServiceError> {
     let mut seeded = Map::new();
     for variable in &workflow.definition.variables {
         if let Some(default) = &variable.default_value {

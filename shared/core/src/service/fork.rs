@@ -372,13 +372,10 @@ impl Services {
     ) -> Result<Option<ReplayLink>, ServiceError> {
         let Some(link) = parent.replay.as_ref() else { return Ok(None) };
         let activation = parent.nodes.get(node_id).map_or(0, |node| node.activation);
-        let source_child = link.source_run_id.as_deref().and_then(|source| {
-            let index = (0..=crate::engine::MAX_WIDTH as usize)
-                .map(Some)
-                .chain([None])
-                .find(|index| engine::child_run_id(&parent.run_id, node_id, activation, *index) == child_run_id)?;
-            Some(engine::child_run_id(source, node_id, activation, index))
-        });
+        let source_child = link
+            .source_run_id
+            .as_deref()
+            .and_then(|source| engine::counterpart_child_id(&parent.run_id, source, node_id, activation, child_run_id));
         if link.mode == ForkMode::Branch {
             let Some(source) = link.source_run_id.as_deref() else { return Ok(None) };
             let (events, _) = self.all_events(source).await?;
@@ -404,7 +401,7 @@ impl Services {
 }
 
 /// `410 history_expired`: the source is past its retention (`boundary`: when it ran out).
-fn history_expired(source_run_id: &str, from_seq: u64, boundary: String) -> ServiceError {
+pub(super) fn history_expired(source_run_id: &str, from_seq: u64, boundary: String) -> ServiceError {
     ServiceError::Rejected {
         status: 410,
         code: "history_expired",

@@ -1,12 +1,14 @@
 //! Forks: `POST /v1/runs/{runId}:fork` (replay §6.1: `{mode, fromSeq?, runOptionsOverlay?}`
 //! → `201 {runId, sourceRunId, fromSeq, mode, status, eventsUrl}`) and `:redrive` (a branch
-//! fork at a failed run's failed node), on v1 and v2; see [`trellis_core::replay`].
+//! fork at a failed run's failed node), on v1 and v2; see [`trellis_core::replay`]. Reruns:
+//! `POST /v1/runs/{runId}:rerun` (`{inputs?, useCache?}` → `201 {runId, sourceRunId,
+//! useCache, status, eventsUrl}`); see [`trellis_core::cache`].
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use trellis_core::service::ForkRequest;
+use trellis_core::service::{ForkRequest, RerunRequest};
 use trellis_core::RunState;
 
 use super::json_body;
@@ -47,9 +49,37 @@ pub(crate) async fn redrive(
     Ok(created(wire, base, &run))
 }
 
+/// `:rerun` of `run_id` (internal id) with `body`, answered for `wire`.
+pub(crate) async fn rerun(
+    wire: Wire,
+    caller: &Caller,
+    state: &AppState,
+    base: &BasePath,
+    run_id: &str,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    caller.require(Scope::RunsCreate)?;
+    caller.require(Scope::RunsRead)?;
+    let body = json_body(body)?.unwrap_or_else(|| json!({}));
+    let request = RerunRequest::parse(&body)?;
+    let use_cache = request.use_cache;
+    let run = state.services.rerun_run(&caller.principal, run_id, request).await?;
+    let mut body = fork_body(wire, &run);
+    body["sourceRunId"] = json!(wire_run_id(wire, &run.tenant, run_id));
+    body["useCache"] = json!(use_cache);
+    for field in ["fromSeq", "mode"] {
+        body.as_object_mut().map(|body| body.remove(field));
+    }
+    Ok(created_with(base, body))
+}
+
 /// `201` with the fork's body and its status URL as `Location`.
 fn created(wire: Wire, base: &BasePath, run: &RunState) -> Response {
-    let mut body = fork_body(wire, run);
+    created_with(base, fork_body(wire, run))
+}
+
+/// `201` with `body` and its status URL as `Location`.
+fn created_with(base: &BasePath, mut body: Value) -> Response {
     base.prefix_fields(&mut body);
     let location = body["statusUrl"].as_str().and_then(|url| HeaderValue::from_str(url).ok());
     let mut response = (StatusCode::CREATED, Json(body)).into_response();

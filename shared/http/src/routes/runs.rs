@@ -129,7 +129,7 @@ pub(crate) fn run_document(wire: Wire, state: &AppState, base: &BasePath, run: &
 }
 
 /// `POST /v1/runs/{runId}:<verb>`: the colon custom methods `cancel`, `pause`, `resume`,
-/// `fork` and `redrive`.
+/// `fork`, `redrive` and `rerun`.
 pub(crate) async fn custom_method(
     caller: Caller,
     state: State<AppState>,
@@ -140,6 +140,7 @@ pub(crate) async fn custom_method(
     match raw.rsplit_once(':') {
         Some((run_id, "fork")) => super::replay::fork(Wire::V1, &caller, &state, &base, run_id, &body).await,
         Some((run_id, "redrive")) => super::replay::redrive(Wire::V1, &caller, &state, &base, run_id).await,
+        Some((run_id, "rerun")) => super::replay::rerun(Wire::V1, &caller, &state, &base, run_id, &body).await,
         Some((run_id, "cancel")) => cancel(caller, state, Path(run_id.to_owned()), body).await,
         Some((run_id, "pause")) => operator("pause", Wire::V1, &caller, &state, run_id, &body).await,
         Some((run_id, "resume")) => operator("resume", Wire::V1, &caller, &state, run_id, &body).await,

@@ -22,7 +22,11 @@
 //!   `201` (registration in the caller's tenant, test-harness spelling accepted);
 //! - `POST /v1/host/sample/test/runs/{runId}/variables` `{variables: {…}}` → `200` with the
 //!   run's variables (a `variable.changed` event each).
-//! - `POST /v1/host/sample/test/emit-provider-usage`: see [`super::seams_usage`].
+//! - `POST /v1/host/sample/test/emit-provider-usage`: see [`super::seams_usage`];
+//! - `POST /v1/host/sample/test/llm-cache-key` `{provider, model, messages, …}` → `200
+//!   {cacheKey, recipe}`: the §6.4 request identity (`openwop-semantic-request-v2`);
+//! - `GET /v1/host/sample/replay/effect-count` → `200 {count}`: effects performed by
+//!   `core.conformance.side-effect` in this process.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -119,6 +123,30 @@ pub(crate) async fn effect_count(caller: Caller, State(state): State<AppState>) 
     gate(&caller, &state)?;
     let count = trellis_core::activity::effects::performed();
     Ok(Json(json!({ "count": count, "nodeType": "core.conformance.side-effect", "scope": "process" })))
+}
+
+/// `POST /v1/host/sample/test/llm-cache-key`: the replay-stable identity (§6.4, recipe
+/// `openwop-semantic-request-v2`) of the request in the body — what a model node's call is
+/// keyed by in the result cache (`trellis_core::cache`).
+pub(crate) async fn llm_cache_key(
+    caller: Caller,
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let fields = gated_object(&caller, &state, &body)?;
+    for (field, ok) in [
+        ("provider", fields.get("provider").is_some_and(Value::is_string)),
+        ("model", fields.get("model").is_some_and(Value::is_string)),
+        ("messages", fields.get("messages").is_some_and(Value::is_array)),
+    ] {
+        if !ok {
+            let rule = if field == "messages" { "an array" } else { "a string" };
+            return Err(ApiError::validation(format!("`{field}` is required and must be {rule}"))
+                .with_details(json!({ "field": field })));
+        }
+    }
+    let identity = trellis_core::ai::identity::key_of(&fields);
+    Ok(Json(json!({ "cacheKey": identity, "recipe": trellis_core::ai::identity::RECIPE })))
 }
 
 /// Fields the per-item seam accepts.

@@ -1,9 +1,12 @@
-//! The replay-stable request identity (OpenWOP §6.4, recipe `openwop-semantic-request-v2`):
-//! SHA-256 (lowercase hex) of the RFC 8785 (JCS) canonical JSON of what decides a model's
-//! answer — provider, model, messages (order and shape kept), tools (sorted by name),
-//! temperature, maxOutputTokens, responseFormat — and never `stream`, a credential, the
-//! tenant, a timeout or retry settings. It is not a security boundary (a cache keyed on it
-//! is namespaced by tenant).
+//! The replay-stable request identity (OpenWOP §6.4, RFC 0150 §C, recipe
+//! `openwop-semantic-request-v2`): SHA-256 (lowercase hex) of the RFC 8785 (JCS) canonical
+//! JSON of what decides a model's answer —
+//! `{recipe, provider, model, request: {messages, tools?, temperature?, topP?, topK?,
+//! maxOutputTokens?, seed?, stop?, responseFormat?, safetySettings?}, providerOptions?}`, with
+//! absent parameters left out, tools sorted by name and provider options carried, never
+//! dropped — and never `stream`, metadata, `user`, request or trace ids, a credential, the
+//! tenant, a timeout or retry settings. It is not a security boundary (the result cache keyed
+//! on it is namespaced by tenant, see [`crate::cache`]).
 //!
 //! JCS is written here (no well-kept crate fits: `serde_jcs` is unmaintained): object keys
 //! sorted by their UTF-16 code units, no whitespace, strings escaped as ECMAScript's
@@ -16,7 +19,57 @@ use sha2::{Digest, Sha256};
 /// The recipe id.
 pub const RECIPE: &str = "openwop-semantic-request-v2";
 
-/// What the identity is computed over.
+/// The numeric request parameters the recipe keeps (when they are numbers).
+const NUMBERS: [&str; 5] = ["temperature", "topP", "topK", "maxOutputTokens", "seed"];
+
+/// The recipe's document for a raw request (`{provider, model, messages, tools?,
+/// temperature?, …, providerOptions?}`, the seam's body): everything else is left out.
+pub fn project(raw: &Map<String, Value>) -> Value {
+    let mut request = Map::new();
+    request.insert("messages".into(), raw.get("messages").cloned().unwrap_or(Value::Null));
+    if let Some(tools) = raw.get("tools").and_then(Value::as_array).filter(|tools| !tools.is_empty()) {
+        let mut tools = tools.clone();
+        tools.sort_by_key(|tool| {
+            let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+            (name.to_lowercase(), name.to_owned())
+        });
+        request.insert("tools".into(), Value::Array(tools));
+    }
+    for name in NUMBERS {
+        if let Some(number) = raw.get(name).filter(|value| value.is_number()) {
+            request.insert(name.into(), number.clone());
+        }
+    }
+    if let Some(stop) = raw.get("stop").filter(|value| value.is_array()) {
+        request.insert("stop".into(), stop.clone());
+    }
+    for name in ["responseFormat", "safetySettings"] {
+        if let Some(value) = raw.get(name).filter(|value| value.is_object() || value.is_array()) {
+            request.insert(name.into(), value.clone());
+        }
+    }
+    let mut document = Map::new();
+    document.insert("recipe".into(), json!(RECIPE));
+    document.insert("provider".into(), raw.get("provider").cloned().unwrap_or(Value::Null));
+    document.insert("model".into(), raw.get("model").cloned().unwrap_or(Value::Null));
+    document.insert("request".into(), Value::Object(request));
+    if let Some(options) = raw.get("providerOptions").filter(|value| value.is_object()) {
+        document.insert("providerOptions".into(), options.clone());
+    }
+    Value::Object(document)
+}
+
+/// `sha256(jcs(value))`, lowercase hex.
+pub fn digest(value: &Value) -> String {
+    hex::encode(Sha256::digest(canonicalize(value).as_bytes()))
+}
+
+/// The identity of a raw request ([`project`]ed, then [`digest`]ed).
+pub fn key_of(raw: &Map<String, Value>) -> String {
+    digest(&project(raw))
+}
+
+/// What a model node's call is identified by.
 #[derive(Debug, Clone, Copy)]
 pub struct SemanticRequest<'a> {
     /// The provider id.
@@ -34,39 +87,40 @@ pub struct SemanticRequest<'a> {
 }
 
 impl SemanticRequest<'_> {
-    /// The document hashed: absent parameters are left out.
-    pub fn document(&self) -> Value {
-        let mut document = Map::new();
-        document.insert("recipe".into(), json!(RECIPE));
-        document.insert("provider".into(), json!(self.provider));
-        document.insert("model".into(), json!(self.model));
-        document.insert("messages".into(), Value::Array(self.messages.to_vec()));
-        document.insert("tools".into(), json!([]));
+    /// The request as the recipe reads it (absent parameters left out).
+    fn raw(&self) -> Map<String, Value> {
+        let mut raw = Map::new();
+        raw.insert("provider".into(), json!(self.provider));
+        raw.insert("model".into(), json!(self.model));
+        raw.insert("messages".into(), Value::Array(self.messages.to_vec()));
         if let Some(temperature) = self.temperature {
-            document.insert("temperature".into(), json!(temperature));
+            raw.insert("temperature".into(), json!(temperature));
         }
         if let Some(max) = self.max_output_tokens {
-            document.insert("maxOutputTokens".into(), json!(max));
+            raw.insert("maxOutputTokens".into(), json!(max));
         }
         if let Some(format) = self.response_format {
-            document.insert("responseFormat".into(), json!({ "type": "json_schema", "schema": format }));
+            raw.insert("responseFormat".into(), json!({ "type": "json_schema", "schema": format }));
         }
-        Value::Object(document)
+        raw
+    }
+
+    /// The document hashed.
+    pub fn document(&self) -> Value {
+        project(&self.raw())
     }
 
     /// The identity: `sha256(jcs(document))`, lowercase hex.
     pub fn key(&self) -> String {
-        hex::encode(Sha256::digest(canonicalize(&self.document()).as_bytes()))
+        key_of(&self.raw())
     }
 
     /// The identity of a request that also sends `tools` (definitions `{name, description,
     /// inputSchema}`; hashed sorted by name).
     pub fn key_with_tools(&self, tools: &[Value]) -> String {
-        let mut document = self.document();
-        let mut tools = tools.to_vec();
-        tools.sort_by(|a, b| a.get("name").and_then(Value::as_str).cmp(&b.get("name").and_then(Value::as_str)));
-        document["tools"] = Value::Array(tools);
-        hex::encode(Sha256::digest(canonicalize(&document).as_bytes()))
+        let mut raw = self.raw();
+        raw.insert("tools".into(), Value::Array(tools.to_vec()));
+        key_of(&raw)
     }
 }
 
@@ -196,5 +250,28 @@ mod tests {
         assert_ne!(key, SemanticRequest { model: "gpt-y", ..request }.key());
         let other = [json!({"content": "hi", "role": "user"})];
         assert_eq!(key, SemanticRequest { messages: &other, ..request }.key(), "key order does not matter");
+    }
+
+    #[test]
+    fn the_document_is_the_v2_projection() {
+        let raw = json!({
+            "provider": "openai", "model": "gpt-4", "messages": [{"role": "user", "content": "hi"}],
+            "temperature": 0.5, "seed": 7, "stop": ["X"], "stream": true, "user": "u", "tenantId": "t",
+            "metadata": {"traceId": "a"}, "timeoutMs": 30000, "providerOptions": {"vendor.openai.logitBias": {"1": 2}},
+            "tools": [{"name": "b"}, {"name": "a"}], "topP": "not a number"
+        });
+        let document = project(raw.as_object().unwrap());
+        assert_eq!(
+            canonicalize(&document),
+            "{\"model\":\"gpt-4\",\"provider\":\"openai\",\"providerOptions\":{\"vendor.openai.logitBias\":{\"1\":2}},\
+             \"recipe\":\"openwop-semantic-request-v2\",\"request\":{\"messages\":[{\"content\":\"hi\",\"role\":\"user\"}],\
+             \"seed\":7,\"stop\":[\"X\"],\"temperature\":0.5,\"tools\":[{\"name\":\"a\"},{\"name\":\"b\"}]}}"
+        );
+        let bare = json!({"provider": "openai", "model": "gpt-4", "messages": [], "tools": []});
+        assert_eq!(
+            canonicalize(&project(bare.as_object().unwrap())),
+            "{\"model\":\"gpt-4\",\"provider\":\"openai\",\"recipe\":\"openwop-semantic-request-v2\",\"request\":{\"messages\":[]}}",
+            "no empty tools, no placeholders"
+        );
     }
 }
