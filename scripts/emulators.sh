@@ -82,6 +82,8 @@ run() {
     export AWS_ENDPOINT_URL_SSM="http://127.0.0.1:$MOTO_PORT"
     # ... and EventBridge (run events, vendor.trellis.aws.eventsPut; rules deliver to SQS).
     export AWS_ENDPOINT_URL_EVENTBRIDGE="http://127.0.0.1:$MOTO_PORT"
+    # ... and S3 (the runs' blobs: values over 256 KiB).
+    export AWS_ENDPOINT_URL_S3="http://127.0.0.1:$MOTO_PORT"
     export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
     export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true
     set +e

@@ -98,6 +98,10 @@ async fn main() {
     let queues = trellis_aws::provision::create_queues(&sqs, &format!("bench-{suffix}"), 5, 30).await.expect("queues");
     let queue_url = queues.step.clone();
     let completion_url = queues.completion.clone();
+    // The runs' blobs (values over 256 KiB): a bucket of the emulator.
+    let bucket = format!("trellis-bench-{suffix}");
+    let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&config).force_path_style(true).build());
+    s3.create_bucket().bucket(&bucket).send().await.expect("bucket");
     let settings = Settings {
         table_name: table,
         step_queue_url: queues.step,
@@ -120,6 +124,7 @@ async fn main() {
         webhook_policy: Default::default(),
         webhook_set_ttl_ms: 10_000,
         events: Default::default(),
+        blobs: trellis_aws::settings::BlobSettings { bucket: Some(bucket), path_style: true },
     };
     // Runs are created and approvals resolved by the API function (its commits write outbox
     // entries), steps handled by the dispatcher, as deployed.
@@ -245,13 +250,7 @@ pub(crate) struct Apps<'a> {
 impl Apps<'_> {
     /// Both stores' usage and both sinks' SQS requests, summed.
     pub(crate) fn totals(&self) -> (trellis_store_dynamodb::Usage, u64) {
-        let (a, b) = (self.app.store.usage(), self.api.store.usage());
-        let usage = trellis_store_dynamodb::Usage {
-            write_units: a.write_units + b.write_units,
-            read_units: a.read_units + b.read_units,
-            write_requests: a.write_requests + b.write_requests,
-            read_requests: a.read_requests + b.read_requests,
-        };
+        let usage = self.app.store.usage() + self.api.store.usage();
         (usage, self.app.effects.requests() + self.api.effects.requests())
     }
 }

@@ -80,13 +80,7 @@ struct MeteredStack<'a> {
 
 impl MeteredStack<'_> {
     fn usage(&self) -> Usage {
-        let (a, b) = (self.app.store.usage(), self.api.store.usage());
-        Usage {
-            write_units: a.write_units + b.write_units,
-            read_units: a.read_units + b.read_units,
-            write_requests: a.write_requests + b.write_requests,
-            read_requests: a.read_requests + b.read_requests,
-        }
+        self.app.store.usage() + self.api.store.usage()
     }
 
     /// Everything so far, polling excluded.

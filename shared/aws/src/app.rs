@@ -124,6 +124,10 @@ impl AwsApp {
         if outbox_entries {
             store = store.with_outbox_entries();
         }
+        if let Some(bucket) = &settings.blobs.bucket {
+            let s3 = aws_sdk_s3::config::Builder::from(config).force_path_style(settings.blobs.path_style).build();
+            store = store.with_blob_bucket(aws_sdk_s3::Client::from_conf(s3), bucket.clone());
+        }
         let store = Arc::new(store);
         let clock = Arc::new(SystemClock);
         let effects = Arc::new(

@@ -89,6 +89,20 @@ pub struct Settings {
     /// `TRELLIS_EVENT_BUS_NAME` (optional) and `TRELLIS_LIFECYCLE_EVENTS` (default `all`):
     /// the EventBridge bus run events are published to, and which (`docs/aws-events.md`).
     pub events: EventSettings,
+    /// `TRELLIS_BLOB_BUCKET` (optional; the template sets it) and `TRELLIS_S3_PATH_STYLE`
+    /// (`off` by default; `on` for a local S3 emulator): where runs' values over 256 KiB are
+    /// stored (`docs/payloads.md`). Without a bucket such a value fails its node
+    /// (`payload_too_large`).
+    pub blobs: BlobSettings,
+}
+
+/// Where runs' blobs are stored on AWS.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BlobSettings {
+    /// The S3 bucket.
+    pub bucket: Option<String>,
+    /// Path-style addressing (emulators).
+    pub path_style: bool,
 }
 
 /// Where run events are published on AWS.
@@ -153,13 +167,13 @@ fn number<T: std::str::FromStr>(lookup: Lookup<'_>, name: &'static str, default:
     }
 }
 
-/// Where `core.http.request` cuts a response body on AWS by default (64 KB): the body is
-/// written twice into the step's commit page — in the state's variables and in the
-/// `node.completed` event — and a page is one DynamoDB item of at most 400 KB.
-pub const DEFAULT_HTTP_MAX_RESPONSE_BYTES: usize = 64_000;
-/// The largest cut an operator may configure on AWS (two copies and their JSON escaping must
-/// still fit one item; larger payloads belong in blob storage).
-pub const MAX_HTTP_RESPONSE_BYTES: usize = 128 * 1024;
+/// Where `core.http.request` cuts a response body on AWS by default (1 MiB, as on the
+/// embedded host): a value over 256 KiB is stored in S3 (`trellis_core::blob`), and a commit
+/// page too large for one DynamoDB item stores more of its values there.
+pub const DEFAULT_HTTP_MAX_RESPONSE_BYTES: usize = 1 << 20;
+/// The largest default cut an operator may configure (a node may ask for up to the same with
+/// `config.maxResponseBodyBytes`).
+pub const MAX_HTTP_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 fn http_settings(lookup: Lookup<'_>) -> Result<HttpSettings, SettingsError> {
     let name = "TRELLIS_HTTP_ALLOW_PRIVATE_NETS";
@@ -167,10 +181,7 @@ fn http_settings(lookup: Lookup<'_>) -> Result<HttpSettings, SettingsError> {
         .map_err(|error| SettingsError::Invalid { name, reason: error.to_string() })?;
     let max_response_body_bytes = number(lookup, "TRELLIS_HTTP_MAX_RESPONSE_BYTES", DEFAULT_HTTP_MAX_RESPONSE_BYTES)?;
     if !(1..=MAX_HTTP_RESPONSE_BYTES).contains(&max_response_body_bytes) {
-        let reason = format!(
-            "must be from 1 to {MAX_HTTP_RESPONSE_BYTES}: a response lands twice in the step's commit page \
-             (the state's variables and the node.completed event), one DynamoDB item of at most 400 KB"
-        );
+        let reason = format!("must be from 1 to {MAX_HTTP_RESPONSE_BYTES} (16 MiB)");
         return Err(SettingsError::Invalid { name: "TRELLIS_HTTP_MAX_RESPONSE_BYTES", reason });
     }
     Ok(HttpSettings { allow, max_response_body_bytes, ..HttpSettings::default() })
@@ -232,6 +243,10 @@ impl Settings {
             dispatcher_timeout_ms,
             retention_days,
             delta_pages: switch(lookup, "TRELLIS_DELTA_PAGES", true)?,
+            blobs: BlobSettings {
+                bucket: lookup("TRELLIS_BLOB_BUCKET").map(|bucket| bucket.trim().to_owned()).filter(|b| !b.is_empty()),
+                path_style: switch(lookup, "TRELLIS_S3_PATH_STYLE", false)?,
+            },
             callback_secret: lookup("TRELLIS_CURSOR_SECRET").filter(|secret| !secret.trim().is_empty()),
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
             http: http_settings(lookup)?,
@@ -253,6 +268,7 @@ impl Settings {
                 // An activity attempt runs inside one dispatcher invocation.
                 max_attempt_ms: dispatcher_timeout_ms.saturating_sub(COMMIT_MARGIN_MS),
                 default_retention_ms: Some(retention_days.saturating_mul(trellis_core::retention::DAY_MS)),
+                ..defaults
             },
         })
     }

@@ -22,6 +22,7 @@
 //!   the state; each vote stored by voter), signed interrupt tokens;
 //! - [`bus`]: run events published to an event bus as CloudEvents (EventBridge on AWS);
 //! - [`replay`]: forks — the link to the source, recorded outcomes, divergence;
+//! - [`blob`]: large values stored apart, with a reference in their place;
 //! - [`cache`]: the result cache of reruns — what is cacheable, the key, a hit;
 //! - [`retention`]: how long a run is kept after it ends, and what goes with it;
 //! - [`ports`]: the traits the adapters implement (stores, effect sink and local queue, host
@@ -42,6 +43,7 @@
 pub mod activity;
 pub mod ai;
 pub mod bundled;
+pub mod blob;
 pub mod bus;
 pub mod cache;
 pub mod capabilities;

@@ -33,6 +33,9 @@ pub struct HostLimits {
     /// How long a run is kept after it ends when neither its request nor its workflow says
     /// (`None`: until deleted; see [`crate::retention`]).
     pub default_retention_ms: Option<u64>,
+    /// The largest value one activity may produce, in bytes of JSON: a larger result fails
+    /// its node with `payload_too_large` (not retried).
+    pub max_value_bytes: usize,
 }
 
 impl Default for HostLimits {
@@ -43,6 +46,7 @@ impl Default for HostLimits {
             max_request_body_bytes: 262_144,
             max_attempt_ms: 3_600_000,
             default_retention_ms: None,
+            max_value_bytes: crate::blob::MAX_VALUE_BYTES,
         }
     }
 }

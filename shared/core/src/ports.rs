@@ -247,7 +247,7 @@ pub trait RunStore: Send + Sync {
         limit: usize,
     ) -> Result<Vec<RunState>, StoreError>;
     /// Deletes run `run_id` and everything kept for it — its log, its node, variable and
-    /// slot records, its votes, its queued tasks — and answers how many bytes it stored
+    /// slot records, its votes, its queued tasks, its blobs — and answers how many bytes it stored
     /// ([`RunStore::run_bytes`]; `0` for a run that is gone: deleting twice is harmless). Its
     /// child runs are separate runs, deleted by their own calls.
     async fn delete_run(&self, run_id: &str) -> Result<u64, StoreError>;
@@ -464,11 +464,23 @@ pub async fn all_records(
     }
 }
 
-/// Definitions, runs, host settings and host records: what every durable store provides (the
-/// shared contract suite holds each implementation to it).
-pub trait Store: WorkflowStore + RunStore + HostSettings + RecordStore {}
+/// The values a run keeps apart from its documents (see [`crate::blob`]): written before the
+/// commit that refers to them, read back when the run is loaded or a caller asks, and
+/// deleted with the run ([`RunStore::delete_run`]).
+#[async_trait]
+pub trait BlobStore: Send + Sync {
+    /// Stores `blobs` of run `run_id`. Idempotent: a blob's reference is its content's
+    /// address, so storing it again changes nothing.
+    async fn put_blobs(&self, run_id: &str, blobs: &[crate::blob::Blob]) -> Result<(), StoreError>;
+    /// The bytes of run `run_id`'s blob `reference`; `None` when it holds none such.
+    async fn blob(&self, run_id: &str, reference: &str) -> Result<Option<Vec<u8>>, StoreError>;
+}
 
-impl<T: WorkflowStore + RunStore + HostSettings + RecordStore> Store for T {}
+/// Definitions, runs, their blobs, host settings and host records: what every durable store
+/// provides (the shared contract suite holds each implementation to it).
+pub trait Store: WorkflowStore + RunStore + BlobStore + HostSettings + RecordStore {}
+
+impl<T: WorkflowStore + RunStore + BlobStore + HostSettings + RecordStore> Store for T {}
 
 /// The time.
 #[async_trait]

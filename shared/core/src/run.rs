@@ -483,6 +483,9 @@ pub struct RunState {
     /// children too, see [`crate::cache`]). Fixed at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::cache::CacheLink>,
+    /// The run's blobs (its values stored apart, see [`crate::blob`]): size by reference.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub blobs: crate::blob::BlobIndex,
 }
 
 /// What one commit changed in a run's state besides its header (every field but `nodes`,
@@ -560,6 +563,7 @@ impl RunState {
             replay: self.replay.clone(),
             retention_ms: self.retention_ms,
             cache: self.cache.clone(),
+            blobs: self.blobs.clone(),
         }
     }
 

@@ -8,6 +8,7 @@ pub mod activity;
 mod fanout;
 mod host_records;
 mod races;
+mod blobs;
 mod removal;
 mod retention;
 pub mod votes;
@@ -87,6 +88,7 @@ pub async fn store_contract(store: Arc<dyn Store>) {
     fanout::fan_out_records_round_trip(store.clone()).await;
     host_records::host_records_round_trip(store.clone()).await;
     removal::deleting_a_run_leaves_nothing_of_it(store.clone()).await;
+    blobs::blobs_belong_to_their_run(store.clone()).await;
     crash_points_lose_and_duplicate_nothing(store).await;
 }
 

@@ -81,6 +81,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/runs/{run_id}/cancel", post(routes::runs::cancel))
         .route("/v1/runs/{run_id}/events", get(routes::stream::events))
+        .route("/v1/runs/{run_id}/blobs/{reference}", get(routes::blobs::get))
         .route("/v1/runs/{run_id}/events/poll", get(routes::events::poll))
         .route("/v1/runs/{run_id}/debug-bundle", get(routes::debug::bundle))
         .route("/v1/runs/{run_id}/interrupts/{node_id}", post(routes::interrupts::resolve))

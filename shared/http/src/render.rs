@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use trellis_core::engine::{is_fan_out_record, ENGINE_VERSION};
 use trellis_core::run::parse_slot_key;
 use trellis_core::timefmt::rfc3339;
-use trellis_core::RunState;
+use trellis_core::{blob, RunState};
 
 use crate::links::BasePath;
 
@@ -97,8 +97,9 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
         "status": run.status.as_str(),
         "owner": { "tenant": run.tenant },
         "createdAt": rfc3339(run.created_at),
-        "inputs": run.inputs,
-        "variables": run.variables,
+        // A value over the inline limit shows as its blob's reference, as stored.
+        "inputs": blob::view_members(&run.inputs, blob::INLINE_LIMIT),
+        "variables": blob::view_members(&run.variables, blob::INLINE_LIMIT),
         "engineVersion": ENGINE_VERSION,
         "eventLogSchemaVersion": EVENT_LOG_SCHEMA_VERSION,
         "eventsUrl": events_url(&run.run_id),
@@ -125,7 +126,7 @@ pub(crate) fn snapshot(run: &RunState) -> Value {
     }
     if !run.outputs.is_empty() {
         // As on `run.completed`; a supervisor's terminate is under `outputs.terminate`.
-        doc["outputs"] = json!(run.outputs);
+        doc["outputs"] = blob::view(&Value::Object(run.outputs.clone()), blob::INLINE_LIMIT);
     }
     if !run.tags.is_empty() {
         doc["tags"] = json!(run.tags);

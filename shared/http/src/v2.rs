@@ -82,6 +82,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/runs/{run_id}/cancel", post(cancel))
         .route("/runs/{run_id}/events", get(events_stream))
         .route("/runs/{run_id}/events/poll", get(poll))
+        .route("/runs/{run_id}/blobs/{reference}", get(blob))
         .route("/runs/{run_id}/interrupts/{node_id}", post(resolve))
         .route("/interrupts/{token}", get(inspect).post(resolve_by_token))
         .route("/workflows/{workflow_id}", get(crate::routes::workflows::get_workflow))
@@ -252,6 +253,16 @@ async fn events_stream(
 }
 
 /// `GET /runs/{runId}/events/poll?afterSequence=&timeout=`.
+/// `GET /runs/{runId}/blobs/{ref}`: see [`crate::routes::blobs`].
+async fn blob(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path((run_id, reference)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let internal = internal_id(&caller, &run_id)?;
+    crate::routes::blobs::blob(&caller, &state, &internal, &reference).await
+}
+
 async fn poll(
     caller: Caller,
     State(state): State<AppState>,

@@ -18,6 +18,10 @@
 //! | workflow directory  | `WFDIR#<namespace>`                    | `<workflowId>`         | lists a namespace's ids by query |
 //! | host record         | `REC#<kind>#<scope>`                   | `<key>`                | `version`, `value` (JSON text), optional `expires_at_ms` (exact) and `expires_at` (TTL, seconds rounded up); conditional puts and deletes (see `store/host_records.rs`) |
 //!
+//! A run's blobs (values over 256 KiB, `trellis_core::blob`) are S3 objects
+//! `runs/<runId>/<sha256>` of the store's bucket (`store/blobs.rs`), deleted with the run and
+//! expired by the bucket's lifecycle rule.
+//!
 //! The global secondary index `runs_by_tenant` (`gsi1pk = TENANT#<tenant>`, `gsi1sk =
 //! <createdAt:020>#<runId>`) lists a tenant's runs newest first; a listed run is read from its
 //! newest page.
@@ -86,6 +90,18 @@ pub use codec::{item_size, proven_by_successor};
 pub use meter::{Meter, Usage};
 pub use store::{DynamoStore, UnsentPage, DEFAULT_RETENTION_DAYS};
 pub use table::create_table;
+
+/// Builds an S3 client from the environment (region, credentials and
+/// `AWS_ENDPOINT_URL[_S3]`; path-style addressing when an endpoint is set, as local emulators
+/// need), with a rustls + ring HTTPS client.
+pub async fn s3_client_from_env() -> aws_sdk_s3::Client {
+    use aws_smithy_http_client::{tls, Builder};
+    let http = Builder::new().tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring)).build_https();
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http).load().await;
+    let local = std::env::var_os("AWS_ENDPOINT_URL_S3").or_else(|| std::env::var_os("AWS_ENDPOINT_URL")).is_some();
+    let s3 = aws_sdk_s3::config::Builder::from(&config).force_path_style(local).build();
+    aws_sdk_s3::Client::from_conf(s3)
+}
 
 /// Builds a DynamoDB client from the environment (region, credentials and
 /// `AWS_ENDPOINT_URL[_DYNAMODB]`), with a rustls + ring HTTPS client.

@@ -17,6 +17,10 @@ pub struct Meter {
     read_units: AtomicU64,
     write_requests: AtomicU64,
     read_requests: AtomicU64,
+    blob_puts: AtomicU64,
+    blob_gets: AtomicU64,
+    blob_bytes: AtomicU64,
+    blob_other: AtomicU64,
 }
 
 /// A copy of the counters.
@@ -30,6 +34,32 @@ pub struct Usage {
     pub write_requests: u64,
     /// Read requests (get, query page, scan page).
     pub read_requests: u64,
+    /// S3 `PutObject` requests (blobs stored).
+    pub blob_puts: u64,
+    /// S3 `GetObject` requests (blobs read).
+    pub blob_gets: u64,
+    /// Bytes of blobs stored.
+    pub blob_bytes: u64,
+    /// Other S3 requests (listing and deleting a run's blobs).
+    pub blob_other: u64,
+}
+
+impl std::ops::Add for Usage {
+    type Output = Usage;
+
+    /// Two stores' counters together (the API function's and the dispatcher's).
+    fn add(self, other: Usage) -> Usage {
+        Usage {
+            write_units: self.write_units + other.write_units,
+            read_units: self.read_units + other.read_units,
+            write_requests: self.write_requests + other.write_requests,
+            read_requests: self.read_requests + other.read_requests,
+            blob_puts: self.blob_puts + other.blob_puts,
+            blob_gets: self.blob_gets + other.blob_gets,
+            blob_bytes: self.blob_bytes + other.blob_bytes,
+            blob_other: self.blob_other + other.blob_other,
+        }
+    }
 }
 
 fn kb(bytes: usize) -> u64 {
@@ -71,6 +101,22 @@ impl Meter {
         self.read_requests.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A blob of `bytes` stored (one S3 `PutObject`).
+    pub(crate) fn blob_put(&self, bytes: usize) {
+        self.blob_puts.fetch_add(1, Ordering::Relaxed);
+        self.blob_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A blob read (one S3 `GetObject`).
+    pub(crate) fn blob_get(&self) {
+        self.blob_gets.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Another S3 request (a listing, a batch delete).
+    pub(crate) fn blob_other(&self) {
+        self.blob_other.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn usage(&self) -> Usage {
         Usage {
@@ -78,6 +124,10 @@ impl Meter {
             read_units: self.read_units.load(Ordering::Relaxed),
             write_requests: self.write_requests.load(Ordering::Relaxed),
             read_requests: self.read_requests.load(Ordering::Relaxed),
+            blob_puts: self.blob_puts.load(Ordering::Relaxed),
+            blob_gets: self.blob_gets.load(Ordering::Relaxed),
+            blob_bytes: self.blob_bytes.load(Ordering::Relaxed),
+            blob_other: self.blob_other.load(Ordering::Relaxed),
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::errors::{unavailable, unless_condition_failed};
 use crate::keys::{self, PK, RUNS_BY_TENANT, SK};
 use crate::meter::Meter;
 
+mod blobs;
 mod host_records;
 mod hot;
 mod outbox;
@@ -50,6 +51,7 @@ pub struct DynamoStore {
     outbox_entries: bool,
     delta_pages: bool,
     hot: std::sync::Arc<hot::HotRuns>,
+    blobs: Option<blobs::BlobBucket>,
 }
 
 /// How long a run's items are kept after its creation unless configured otherwise.
@@ -70,7 +72,14 @@ impl DynamoStore {
             outbox_entries: false,
             delta_pages: true,
             hot: std::sync::Arc::default(),
+            blobs: None,
         }
+    }
+
+    /// Keeps runs' blobs (values over 256 KiB, see `trellis_core::blob`) in S3 `bucket`.
+    pub fn with_blob_bucket(mut self, client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
+        self.blobs = Some(blobs::BlobBucket { client, bucket: bucket.into() });
+        self
     }
 
     /// Writes an outbox entry before every commit that carries effects, for a writer whose
@@ -305,7 +314,9 @@ impl WorkflowStore for DynamoStore {
 #[async_trait]
 impl RunStore for DynamoStore {
     async fn delete_run(&self, run_id: &str) -> Result<u64, StoreError> {
-        self.remove_run(run_id).await
+        // The blobs first: a delete cut short leaves the run listed, to be deleted again.
+        let blobs = self.remove_blobs(run_id).await?;
+        Ok(self.remove_run(run_id).await? + blobs)
     }
 
     async fn run_bytes(&self, run_id: &str) -> Result<u64, StoreError> {

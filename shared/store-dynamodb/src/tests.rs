@@ -12,7 +12,15 @@ use crate::{client_from_env, create_table, DynamoStore};
 mod slots;
 
 fn require_emulator() {
-    trellis_testkit::external::require_emulators(&[Service::DynamoDb]);
+    trellis_testkit::external::require_emulators(&[Service::DynamoDb, Service::S3]);
+}
+
+/// A fresh bucket of the emulator for a store's blobs.
+async fn bucket() -> (aws_sdk_s3::Client, String) {
+    let client = crate::s3_client_from_env().await;
+    let bucket = format!("trellis-contract-{}", uuid::Uuid::new_v4().simple());
+    client.create_bucket().bucket(&bucket).send().await.expect("bucket created");
+    (client, bucket)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -24,7 +32,9 @@ async fn dynamodb_store_meets_the_contract() {
     create_table(&client, &table).await.expect("table created");
     // The contract's runs are dated at the epoch; keep them for a century so TTL leaves
     // them readable (expiry has its own test below).
-    store_contract(Arc::new(DynamoStore::new(client, table).with_retention_days(36_500))).await;
+    let (s3, bucket) = bucket().await;
+    let store = DynamoStore::new(client, table).with_retention_days(36_500).with_blob_bucket(s3, bucket);
+    store_contract(Arc::new(store)).await;
 }
 
 #[tokio::test]

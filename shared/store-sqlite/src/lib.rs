@@ -15,6 +15,7 @@
 //! | `votes`       | approval votes by `(run_id, interrupt_id, voter)` (the state keeps a tally) |
 //! | `settings`    | host-wide settings (the capability overlay)                            |
 //! | `records`     | host records by `(kind, scope, key)`: a version, a JSON value, an optional expiry (see `host_records`) |
+//! | `run_blobs`   | each run's spilled values by `(run_id, reference)` (see `blobs`, `trellis_core::blob`) |
 //!
 //! A commit is one transaction: the run row (guarded by its version) and the node and
 //! variable rows the step touched, the new events, the votes they cast and the new task rows.
@@ -31,6 +32,7 @@
 //! operation touches.
 
 mod batch;
+mod blobs;
 mod cache;
 mod host_records;
 mod pages;

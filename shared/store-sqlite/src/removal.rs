@@ -1,5 +1,5 @@
 //! Deleting runs (`DELETE /v1/runs/{id}`, prune, the retention sweeper; see
-//! `trellis_core::retention`): every row keyed by the run goes in one write of the group
+//! `trellis_core::retention`): every row keyed by the run — its blobs too — goes in one write of the group
 //! commit, and the freed pages go back to the file system afterwards (`auto_vacuum =
 //! INCREMENTAL`, layout 7).
 
@@ -9,7 +9,8 @@ use trellis_core::StoreError;
 use crate::store::unavailable;
 
 /// The tables holding rows of a run, by `run_id`, and the column whose length counts.
-const TABLES: [(&str, &str); 6] = [
+const TABLES: [(&str, &str); 7] = [
+    ("run_blobs", "length(bytes)"),
     ("event_pages", "length(body)"),
     ("run_nodes", "length(state)"),
     ("run_variables", "length(value)"),

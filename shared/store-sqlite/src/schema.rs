@@ -2,7 +2,7 @@
 
 /// The layout version this build writes (`PRAGMA user_version`). A database of an older
 /// version is migrated at open ([`MIGRATIONS`]); a newer one is refused rather than misread.
-pub(crate) const SCHEMA_VERSION: i64 = 7;
+pub(crate) const SCHEMA_VERSION: i64 = 8;
 
 /// The `votes` table (layout 3): one row per `(run, interrupt occurrence, voter)`.
 const VOTES: &str = "
@@ -53,6 +53,17 @@ CREATE TABLE IF NOT EXISTS records (
 CREATE INDEX IF NOT EXISTS records_by_expiry ON records (expires_at);
 ";
 
+/// A run's blobs (layout 8, see `trellis_core::blob`): one row per `(run, reference)`, in a
+/// rowid table (large rows; the index finds them).
+pub(crate) const RUN_BLOBS: &str = "
+CREATE TABLE IF NOT EXISTS run_blobs (
+    run_id    TEXT NOT NULL,
+    reference TEXT NOT NULL,
+    bytes     BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS run_blobs_by_run ON run_blobs (run_id, reference);
+";
+
 /// What a migration step does.
 pub(crate) enum Step {
     /// Runs these statements.
@@ -73,7 +84,9 @@ pub(crate) enum Step {
 /// host records (`records`, see `host_records`); older builds refuse it too (they would not
 /// know the records a host keeps there). Version 7 records until when each run is kept
 /// (`retains_until`) and keeps the file in `auto_vacuum = INCREMENTAL`; older builds refuse it
-/// (they would not keep `retains_until` up to date).
+/// (they would not keep `retains_until` up to date). Version 8 adds the runs' blobs
+/// (`run_blobs`); older builds refuse it (they would read a spilled value's reference as
+/// the value).
 pub(crate) const MIGRATIONS: &[(i64, Step)] = &[
     (1, Step::Sql("ALTER TABLE events ADD COLUMN causation INTEGER;")),
     (2, Step::Sql(VOTES)),
@@ -81,6 +94,7 @@ pub(crate) const MIGRATIONS: &[(i64, Step)] = &[
     (4, Step::Convert(crate::pages::convert_event_rows)),
     (5, Step::Sql(HOST_RECORDS)),
     (6, Step::Convert(add_retains_until)),
+    (7, Step::Sql(RUN_BLOBS)),
 ];
 
 /// Layout 7: until when each ended run is kept (see `trellis_core::retention`; the sweeper
@@ -158,7 +172,7 @@ CREATE TABLE IF NOT EXISTS settings (
 ";
 
 /// Every statement of the current layout (the base tables, then the layout-3, layout-4,
-/// layout-5 and layout-6 additions).
+/// layout-5, layout-6 and layout-8 additions).
 pub(crate) fn ddl() -> String {
-    format!("{DDL}{VOTES}{IDEMPOTENCY_BY_AGE}{RUN_RECORDS}{}{HOST_RECORDS}", crate::pages::EVENT_PAGES)
+    format!("{DDL}{VOTES}{IDEMPOTENCY_BY_AGE}{RUN_RECORDS}{}{HOST_RECORDS}{RUN_BLOBS}", crate::pages::EVENT_PAGES)
 }

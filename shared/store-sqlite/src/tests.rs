@@ -206,7 +206,11 @@ async fn a_layout_5_database_gains_the_host_records_and_keeps_its_runs() {
     {
         // What layout 5 wrote: everything but the host records.
         let raw = rusqlite::Connection::open(&path).unwrap();
-        raw.execute_batch("DROP INDEX records_by_expiry; DROP TABLE records; PRAGMA user_version = 5;").unwrap();
+        raw.execute_batch(
+            "DROP INDEX records_by_expiry; DROP TABLE records; DROP INDEX run_blobs_by_run; DROP TABLE run_blobs;
+             PRAGMA user_version = 5;",
+        )
+        .unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.load_run("run-5").await.unwrap().unwrap(), run);
@@ -221,13 +225,16 @@ async fn a_layout_5_database_gains_the_host_records_and_keeps_its_runs() {
     let reopened = rusqlite::Connection::open(&path).unwrap();
     let version: i64 = reopened.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
     assert_eq!(version, crate::schema::SCHEMA_VERSION);
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
     let mode: i64 = reopened.query_row("PRAGMA auto_vacuum", [], |row| row.get(0)).unwrap();
     assert_eq!(mode, 2, "the migration vacuumed the file into incremental auto-vacuum");
     let column: i64 = reopened
         .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'retains_until'", [], |row| row.get(0))
         .unwrap();
     assert_eq!(column, 1, "layout 7 records until when each run is kept");
+    let blobs: i64 =
+        reopened.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'run_blobs'", [], |row| row.get(0)).unwrap();
+    assert_eq!(blobs, 1, "layout 8 keeps the runs' blobs");
 }
 
 /// Deleting most runs of a file and reclaiming the space makes the file smaller (layout 7:

@@ -84,6 +84,8 @@ pub(crate) enum Write {
     Record(RecordWrite),
     /// A run and every row kept for it (see [`crate::removal`]).
     Delete(String),
+    /// A run's blobs, by reference (see [`crate::blobs`]).
+    Blobs { run_id: String, blobs: Vec<(String, Vec<u8>)> },
 }
 
 /// How a write ended.
@@ -359,6 +361,11 @@ fn apply(connection: &Connection, write: &Write, written: &mut Written) -> Resul
             return Ok(answer);
         }
         Write::Delete(run_id) => return crate::removal::delete(connection, run_id).map(Answer::Freed),
+        Write::Blobs { run_id, blobs } => {
+            crate::blobs::put_blobs(connection, run_id, blobs)?;
+            let bytes: usize = blobs.iter().map(|(_, bytes)| bytes.len()).sum();
+            add(&mut mine, (blobs.len() as u64, bytes));
+        }
     }
     add(written, mine);
     Ok(Answer::Done)

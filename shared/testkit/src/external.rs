@@ -29,6 +29,8 @@ pub enum Service {
     Ssm,
     /// EventBridge (moto).
     EventBridge,
+    /// Amazon S3 (moto): the runs' blobs.
+    S3,
 }
 
 impl Service {
@@ -39,6 +41,7 @@ impl Service {
             Self::SecretsManager => "AWS_ENDPOINT_URL_SECRETS_MANAGER",
             Self::Ssm => "AWS_ENDPOINT_URL_SSM",
             Self::EventBridge => "AWS_ENDPOINT_URL_EVENTBRIDGE",
+            Self::S3 => "AWS_ENDPOINT_URL_S3",
         }
     }
 }

@@ -105,6 +105,20 @@ pub(crate) async fn execute(
         }
         None => bounded(&call, compiled.kind.execute(&call, &sink), &sink, compiled.timeouts.heartbeat_ms).await,
     };
+    // A result larger than the host keeps at all fails its node, clearly and for good.
+    let result = match result {
+        Ok(outputs) if trellis_core::blob::size(&outputs) > services.limits.max_value_bytes => {
+            let (size, limit) = (trellis_core::blob::size(&outputs), services.limits.max_value_bytes);
+            let error = trellis_core::activity::ActivityError::new(
+                trellis_core::blob::PAYLOAD_TOO_LARGE,
+                format!("the node's result is {size} bytes of JSON; a run keeps values of at most {limit}"),
+                false,
+            )
+            .with_details(serde_json::json!({ "bytes": size, "limit": limit }));
+            Err(error)
+        }
+        other => other,
+    };
     maybe_crash(context.crash, CrashPoint::AfterActivity);
     if context.simulated.as_ref().is_some_and(|crash| crash.hit(CrashPoint::AfterActivity)) {
         warn!(run_id = %call.run_id, node = %call.node_id, "simulated crash after the activity returned");

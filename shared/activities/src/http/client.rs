@@ -385,12 +385,18 @@ impl HttpClient {
 
     /// Sends one request (see the module docs).
     pub async fn send(&self, request: OutboundRequest) -> Result<InboundResponse, HttpError> {
+        let cap = self.settings.max_response_body_bytes;
+        self.send_capped(request, cap).await
+    }
+
+    /// [`HttpClient::send`], cutting the body at `cap` bytes instead of the settings' cut (a
+    /// node's own `config.maxResponseBodyBytes`).
+    pub async fn send_capped(&self, request: OutboundRequest, cap: usize) -> Result<InboundResponse, HttpError> {
         let url = Url::parse(&request.url).map_err(|error| HttpError::Invalid(format!("invalid URL: {error}")))?;
         let target = Target { url: redact_url(&url), host: url.host_str().unwrap_or_default().to_owned() };
         let tls = self.check_request(&url, &target, &request)?;
         let request_timeout = request.timeout;
         let timeout_ms = u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX);
-        let cap = self.settings.max_response_body_bytes;
         let exchange = async {
             let mut response = self.exchange(&url, &target, tls, request, Destination::Checked).await?;
             let (body, body_truncated) = response.read_capped(cap).await?;

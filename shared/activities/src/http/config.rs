@@ -35,7 +35,13 @@ pub const HOST_HEADERS: &[&str] = &["idempotency-key", "trellis-attempt"];
 
 const EXPECT_RULE: &str = "config.expectStatus must be an HTTP status (100–599) or a non-empty array of them";
 
-const FIELDS: &[&str] = &["url", "method", "headers", "body", "timeoutMs", "expectStatus", "auth"];
+const FIELDS: &[&str] =
+    &["url", "method", "headers", "body", "timeoutMs", "expectStatus", "auth", "maxResponseBodyBytes"];
+
+/// The largest response body one node may ask to keep (`config.maxResponseBodyBytes`,
+/// `httpClient.maxNodeResponseBodyBytes`): 16 MiB. A body over 256 KiB is stored apart as a
+/// blob of the run (`trellis_core::blob`).
+pub const MAX_NODE_RESPONSE_BODY_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The `auth.scheme` values.
 pub const AUTH_SCHEMES: &[&str] = &["bearer", "basic", "header"];
@@ -162,6 +168,8 @@ pub struct HttpConfig {
     pub expect: ExpectStatus,
     /// How the node's secret enters the request, if it sends one.
     pub auth: Option<Auth>,
+    /// Where the node cuts a response body (`None`: the host's default cut).
+    pub max_response_body_bytes: Option<u64>,
 }
 
 fn template_problem(field: &str, error: template::TemplateError) -> String {
@@ -248,7 +256,14 @@ pub fn parse(config: &Map<String, Value>) -> Result<HttpConfig, String> {
         }
     }
 
-    Ok(HttpConfig { url, method, headers, body, timeout_ms, expect, auth })
+    let max_response_body_bytes = match config.get("maxResponseBodyBytes") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(value.as_u64().filter(|n| (1..=MAX_NODE_RESPONSE_BODY_BYTES).contains(n)).ok_or_else(|| {
+            format!("config.maxResponseBodyBytes must be an integer from 1 to {MAX_NODE_RESPONSE_BODY_BYTES}")
+        })?),
+    };
+
+    Ok(HttpConfig { url, method, headers, body, timeout_ms, expect, auth, max_response_body_bytes })
 }
 
 /// Checks a URL without placeholders: absolute, `http` / `https`, a host, no userinfo.

@@ -180,6 +180,9 @@ impl Activity for HttpRequestActivity {
         if let Some(auth) = &parsed.auth {
             request.insert("auth".to_owned(), auth.to_value());
         }
+        if let Some(cap) = parsed.max_response_body_bytes {
+            request.insert("maxResponseBodyBytes".to_owned(), json!(cap));
+        }
         Ok(Value::Object(request))
     }
 
@@ -194,7 +197,9 @@ impl Activity for HttpRequestActivity {
         let clean_url = url::Url::parse(&outbound.url).map(|url| client::redact_url(&url)).unwrap_or_default();
         let method = outbound.method.clone();
         let started = Instant::now();
-        let response = self.client.send(outbound).await.map_err(|error| {
+        let cap = call.request.get("maxResponseBodyBytes").and_then(Value::as_u64).map(|cap| cap as usize);
+        let cap = cap.unwrap_or(self.client.settings().max_response_body_bytes);
+        let response = self.client.send_capped(outbound, cap).await.map_err(|error| {
             tracing::debug!(%method, url = %clean_url, code = error.code(), "core.http.request failed");
             let activity_error = ActivityError::new(error.code(), error.to_string(), error.retryable());
             match error.details() {
@@ -229,6 +234,7 @@ impl Activity for HttpRequestActivity {
                 "supported": true,
                 "ssrfGuard": true,
                 "maxResponseBodyBytes": self.client.settings().max_response_body_bytes.max(1),
+                "maxNodeResponseBodyBytes": config::MAX_NODE_RESPONSE_BODY_BYTES,
                 "requestTimeoutMs": config::MAX_TIMEOUT_MS,
                 "methods": config::METHODS,
                 "safeFetch": { "supported": false },

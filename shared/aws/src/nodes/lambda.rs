@@ -13,7 +13,8 @@
 //!   attempt, runId, nodeId}`: the key is the same on every attempt of one logical call.
 //! - Outputs: `result` (the function's answer, JSON when it parses, else text),
 //!   `statusCode`, `executedVersion`. An answer larger than [`MAX_RESULT_BYTES`] fails the
-//!   node (`aws_result_too_large`): it would not fit the run's commit.
+//!   node (`aws_result_too_large`; the same cut as `core.http.request`'s default, and an
+//!   answer over 256 KiB is stored in the blob bucket).
 //! - The function ran and failed (`X-Amz-Function-Error`): `aws_function_error`, never
 //!   retryable, with `details {functionError, errorType, errorMessage}`. Throttling
 //!   (`TooManyRequestsException`) is `aws_throttled`, retryable; see [`super::classify`].
@@ -33,7 +34,8 @@ use super::{bounded, classify, field, Field, Shape};
 /// The node's `typeId`.
 pub const TYPE_ID: &str = "vendor.trellis.aws.lambdaInvoke";
 
-/// The largest function answer a node keeps (the same cut as `core.http.request`'s on AWS).
+/// The largest function answer a node keeps (the same cut as `core.http.request`'s default
+/// on AWS; Lambda answers at most 6 MB).
 pub const MAX_RESULT_BYTES: usize = crate::settings::DEFAULT_HTTP_MAX_RESPONSE_BYTES;
 
 const FIELDS: [Field; 4] = [

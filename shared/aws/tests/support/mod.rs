@@ -35,7 +35,7 @@ pub fn require_emulators() {
     // The api function runs with this set (infra/template.yaml): routes see `/v1/...`, not
     // `/<stage>/v1/...`.
     std::env::set_var("AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH", "true");
-    trellis_testkit::external::require_emulators(&[Service::DynamoDb, Service::Sqs]);
+    trellis_testkit::external::require_emulators(&[Service::DynamoDb, Service::Sqs, Service::S3]);
 }
 
 /// One emulated stack: a fresh table and queues.
@@ -81,6 +81,10 @@ pub async fn stack_tweaked(
     let queues =
         trellis_aws::provision::create_queues(&sqs, &format!("e2e-{suffix}"), MAX_RECEIVES, 1).await.expect("queues");
     let (queue_url, dlq_url) = (queues.step.clone(), queues.step_dlq.clone());
+    // The runs' blobs: a bucket of the emulator (moto) per stack.
+    let bucket = format!("trellis-e2e-{suffix}");
+    let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&config).force_path_style(true).build());
+    s3.create_bucket().bucket(&bucket).send().await.expect("bucket");
     let settings = Settings {
         table_name: table,
         step_queue_url: queue_url.clone(),
@@ -110,6 +114,7 @@ pub async fn stack_tweaked(
         },
         webhook_set_ttl_ms: 10_000,
         events: Default::default(),
+        blobs: trellis_aws::settings::BlobSettings { bucket: Some(bucket.clone()), path_style: true },
     };
     let mut settings = settings;
     tweak(&mut settings);

@@ -93,6 +93,7 @@ impl Header {
             replay,
             retention_ms: _,
             cache: _,
+            blobs: _,
         } = state;
         Self {
             status: *status,

@@ -39,7 +39,7 @@ impl Services {
         child_run_id: &str,
         workflow_id: &str,
     ) -> Result<ChildStart, ServiceError> {
-        let Some(parent) = self.store.load_run(parent_run_id).await? else { return Ok(ChildStart::NotExpected) };
+        let Some(parent) = self.load_hydrated(parent_run_id).await? else { return Ok(ChildStart::NotExpected) };
         if !expects(&parent, node_id, child_run_id) {
             // An earlier delivery may have created the child and then failed before it could
             // cancel it (see `cancel_if_unexpected`): a live child of this node is cancelled now.
@@ -146,6 +146,7 @@ impl Services {
         });
         let mut outcome = engine::apply(&workflow, &mut child, Input::Start, now);
         child.version = 1;
+        let _spilled = self.spill(&mut child, None, &mut outcome.events, None).await?;
         outcome.effects.extend(self.integration_effects(&child, &outcome.events).await?);
         match self.store.create_run(&child, &outcome.events, &outcome.effects, None).await {
             Ok(CreateResult::Created) => {
@@ -196,7 +197,7 @@ impl Services {
     /// The parent's input for a child's notice, from the child's current state: it ended,
     /// or it now waits on an interrupt (or runs again), which the parent mirrors.
     pub async fn child_outcome(&self, child_run_id: &str, parent_node_id: &str) -> Result<Option<Input>, ServiceError> {
-        Ok(self.store.load_run(child_run_id).await?.map(|child| notice_input(child, parent_node_id)))
+        Ok(self.load_hydrated(child_run_id).await?.map(|child| notice_input(child, parent_node_id)))
     }
 
     /// Applies `input` to `run_id` and commits, re-deciding after lost races.

@@ -11,6 +11,7 @@ use super::inline::Inline;
 use super::{Decision, Services};
 use crate::engine::{Input, Verdict};
 use crate::error::{ServiceError, StoreError};
+use crate::run::Changes;
 
 /// How many times the loop re-reads and re-decides after losing a version race.
 pub const MAX_CONFLICT_RETRIES: usize = 16;
@@ -66,7 +67,13 @@ impl Services {
         hooks: &dyn CommitHooks,
         inline: Inline,
     ) -> Result<Option<Decision>, ServiceError> {
-        for race in 0..MAX_CONFLICT_RETRIES {
+        let mut input = input;
+        // A commit the store refused as too large is decided again with every value over
+        // `TIGHT_INLINE_BYTES` stored apart; an activity result still too large then fails
+        // its node (`payload_too_large`), never retried.
+        let mut tight = false;
+        let mut race = 0;
+        while race < MAX_CONFLICT_RETRIES {
             let Some(mut decision) = self.decide(run_id, input.clone()).await? else { return Ok(None) };
             if tenant.is_some_and(|tenant| decision.run.tenant != tenant) {
                 return Ok(None);
@@ -74,6 +81,10 @@ impl Services {
             if decision.outcome.verdict != Verdict::Applied {
                 return Ok(Some(decision));
             }
+            // Large values go apart before anything compares or delivers the events.
+            let limit = tight.then_some(TIGHT_INLINE_BYTES);
+            let changes = (!tight).then_some(&decision.outcome.changes);
+            let spilled = self.spill(&mut decision.run, changes, &mut decision.outcome.events, limit).await?;
             // A fork records where it departs from its source, before its events are delivered.
             self.mark_divergence(&mut decision.run, &mut decision.outcome.events).await?;
             // The webhook deliveries and the bus publish its events call for commit with them (the outbox).
@@ -82,13 +93,35 @@ impl Services {
             hooks.before_commit();
             let outcome = &decision.outcome;
             let (expected, changes) = (decision.expected_version, &outcome.changes);
+            let changes = if tight { &Changes::all() } else { changes };
             match self.store.commit_changes(&decision.run, expected, changes, &outcome.events, &outcome.effects).await {
-                Ok(()) => {}
+                Ok(()) => Self::unspill(&mut decision.run, spilled),
                 Err(StoreError::Conflict) => {
                     let ceiling = backoff_ceiling_ms(race);
                     self.clock.sleep(self.ids.random() % (ceiling + 1)).await;
+                    race += 1;
                     continue;
                 }
+                Err(StoreError::LimitExceeded(why)) if !tight => {
+                    tracing::warn!(run_id, %why, "the store refused the commit as too large; storing more values apart");
+                    tight = true;
+                    continue;
+                }
+                Err(StoreError::LimitExceeded(why)) => match too_large(input, &why) {
+                    Some(failed) => {
+                        tracing::warn!(run_id, %why, "an activity result does not fit the run; failing its node");
+                        input = failed;
+                        continue;
+                    }
+                    None => {
+                        return Err(ServiceError::Rejected {
+                            status: 413,
+                            code: crate::blob::PAYLOAD_TOO_LARGE,
+                            message: format!("the run's state does not fit its store: {why}"),
+                            details: serde_json::json!({ "runId": run_id }),
+                        })
+                    }
+                },
                 Err(error) => return Err(error.into()),
             }
             decision.log_transition();
@@ -105,6 +138,25 @@ impl Services {
         }
         tracing::warn!(run_id, "lost the version race {MAX_CONFLICT_RETRIES} times; leaving the input for a retry");
         Err(ServiceError::Unavailable)
+    }
+}
+
+/// The inline limit of a commit decided again after its store refused it as too large.
+pub(super) const TIGHT_INLINE_BYTES: usize = 4 * 1024;
+
+/// `input`, an activity's successful result that its store could not hold, as the node's
+/// failure `payload_too_large`; `None` for any other input.
+fn too_large(input: Input, why: &str) -> Option<Input> {
+    match input {
+        Input::ActivityFinished { node_id, activation, attempt, result: Ok(_) } => {
+            let error = crate::activity::ActivityError::new(
+                crate::blob::PAYLOAD_TOO_LARGE,
+                format!("the node's result does not fit the run's store: {why}"),
+                false,
+            );
+            Some(Input::ActivityFinished { node_id, activation, attempt, result: Err(error) })
+        }
+        _ => None,
     }
 }
 

@@ -110,6 +110,7 @@ impl Services {
         run.retention_ms = self.retention_for(&workflow, run.configurable.as_ref())?;
         let mut outcome = engine::apply(&workflow, &mut run, Input::Start, now);
         run.version = 1;
+        let spilled = self.spill(&mut run, None, &mut outcome.events, None).await?;
         let started = outcome.events.iter_mut().find(|event| event.event_type == crate::event::types::RUN_STARTED);
         if let (Some(origin), Some(started)) = (origin, started) {
             if let Value::Object(payload) = &mut started.payload {
@@ -131,6 +132,7 @@ impl Services {
         });
         match self.store.create_run(&run, &outcome.events, &outcome.effects, record.as_ref()).await? {
             CreateResult::Created => {
+                Self::unspill(&mut run, spilled);
                 tracing::info!(run_id = %run.run_id, workflow = %run.workflow.id, to = %run.status.as_str(), "run created");
                 self.send_effects(&run.run_id, run.version, &outcome.effects).await;
                 // Its first step comes next: a store keeping hot runs keeps it (a new run is
@@ -255,6 +257,7 @@ pub(crate) fn new_run(
         replay: None,
         retention_ms: None,
         cache: None,
+        blobs: Default::default(),
     }
 }
 

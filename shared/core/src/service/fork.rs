@@ -123,6 +123,8 @@ impl Services {
             });
         }
         let workflow = self.pinned_workflow(&source).await?;
+        let mut source = source;
+        self.hydrate(&mut source).await?;
         let mut configurable = source.configurable.clone();
         if let Some(overlay) = request.overlay.get("configurable") {
             let Value::Object(overlay) = overlay else {
@@ -166,10 +168,12 @@ impl Services {
         });
         let mut outcome = engine::apply(&workflow, &mut run, Input::Start, now);
         run.version = 1;
+        let spilled = self.spill(&mut run, None, &mut outcome.events, None).await?;
         self.mark_divergence(&mut run, &mut outcome.events).await?;
         outcome.effects.extend(self.integration_effects(&run, &outcome.events).await?);
         match self.store.create_run(&run, &outcome.events, &outcome.effects, None).await? {
             CreateResult::Created => {
+                Self::unspill(&mut run, spilled);
                 tracing::info!(run_id = %run.run_id, source = %source.run_id, mode = request.mode.as_str(), from_seq, "run forked");
                 self.send_effects(&run.run_id, run.version, &outcome.effects).await;
                 Ok(run)
@@ -229,6 +233,10 @@ impl Services {
             None => Ok(None),
             Some(recorded) if !link.resolves(recorded.started_seq) => Ok(None),
             Some(recorded) => match recorded.result {
+                Some(Ok(mut outputs)) => {
+                    self.hydrate_map(source, &mut outputs).await?;
+                    Ok(Some((recorded.progress, Ok(outputs))))
+                }
                 Some(result) => Ok(Some((recorded.progress, result))),
                 None => missing(),
             },

@@ -1,6 +1,7 @@
 //! The use cases, written once over the ports: create a run, read it and its events, cancel
 //! it, and advance it by one task. HTTP handlers and queue workers are thin callers.
 
+mod blobs;
 mod bus;
 mod children;
 mod commit;
@@ -274,6 +275,7 @@ impl Services {
     /// written: [`Services::advance`] is the loop that commits.
     pub async fn decide(&self, run_id: &str, input: Input) -> Result<Option<Decision>, ServiceError> {
         let Some(mut run) = self.store.take_run(run_id).await? else { return Ok(None) };
+        self.hydrate(&mut run).await?;
         let workflow = self.pinned_workflow(&run).await?;
         let expected_version = run.version;
         let previous_status = run.status;

@@ -64,7 +64,7 @@ impl Services {
         request: RerunRequest,
     ) -> Result<RunState, ServiceError> {
         let now = self.clock.now();
-        let source = self.get_run(&principal.tenant, source_run_id).await?;
+        let mut source = self.get_run(&principal.tenant, source_run_id).await?;
         if let Some(expired_at) = source.expired_at(now) {
             return Err(super::fork::history_expired(source_run_id, 0, crate::timefmt::rfc3339(expired_at)));
         }
@@ -76,6 +76,7 @@ impl Services {
             });
         }
         let workflow = self.pinned_workflow(&source).await?;
+        self.hydrate(&mut source).await?;
         let inputs = match request.inputs {
             Some(inputs) => seed_variables(&workflow, inputs)?,
             None => source.inputs.clone(),
@@ -110,9 +111,11 @@ impl Services {
         {
             payload.insert("rerunOf".into(), json!({ "runId": source.run_id, "useCache": request.use_cache }));
         }
+        let spilled = self.spill(&mut run, None, &mut outcome.events, None).await?;
         outcome.effects.extend(self.integration_effects(&run, &outcome.events).await?);
         match self.store.create_run(&run, &outcome.events, &outcome.effects, None).await? {
             CreateResult::Created => {
+                Self::unspill(&mut run, spilled);
                 tracing::info!(run_id = %run.run_id, source = %source.run_id, use_cache = request.use_cache, "run rerun");
                 self.send_effects(&run.run_id, run.version, &outcome.effects).await;
                 Ok(run)
@@ -139,7 +142,8 @@ impl Services {
             Err(ServiceError::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(error),
         };
-        let Some(hit) = cache::recorded(&events, &call.node_id, &key) else { return Ok(None) };
+        let Some(mut hit) = cache::recorded(&events, &call.node_id, &key) else { return Ok(None) };
+        self.hydrate_map(&link.source_run_id, &mut hit.outputs).await?;
         let progress = Progress::Replayed {
             source_run_id: link.source_run_id.clone(),
             source_sequence: hit.sequence,

@@ -1,5 +1,6 @@
 //! Route handlers, one module per resource, and the helpers they share.
 
+pub(crate) mod blobs;
 pub(crate) mod cursor;
 pub(crate) mod debug;
 pub(crate) mod events;

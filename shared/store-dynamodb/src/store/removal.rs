@@ -38,9 +38,10 @@ impl DynamoStore {
         Ok(found)
     }
 
-    /// What `run_id` stores, in bytes (the sizes of its items).
+    /// What `run_id` stores, in bytes (the sizes of its items and of its blobs).
     pub(super) async fn stored_bytes(&self, run_id: &str) -> Result<u64, StoreError> {
-        Ok(self.run_items(run_id).await?.iter().map(|(_, size)| *size as u64).sum())
+        let items: u64 = self.run_items(run_id).await?.iter().map(|(_, size)| *size as u64).sum();
+        Ok(items + self.blob_bytes(run_id).await?)
     }
 
     /// Deletes every item of `run_id`; the bytes they held.
