@@ -16,7 +16,7 @@ use trellis_testkit::http_server::{Reply, TestServer};
 use trellis_testkit::script::Runner;
 use trellis_testkit::webhooks::{self, WebhookReceiver};
 use trellis_testkit::HttpDriver;
-use trellis_testkit::{replay, rerun};
+use trellis_testkit::{payloads, replay, rerun};
 
 /// The key of these tests: every scope, and the test seams.
 const SEAM_KEY: &str = "replay-key";
@@ -385,4 +385,45 @@ async fn the_llm_cache_key_seam_computes_the_v2_recipe() {
     .await;
     assert_eq!((status, error["details"]["field"].as_str()), (400, Some("provider")), "{error}");
     host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_five_megabyte_child_output_round_trips_and_pruning_removes_its_blobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = serve_args(Some(dir.path()));
+    args.keys_file = Some(write_keys_file(dir.path(), &[(SEAM_KEY, "default", &["*"])]));
+    let host = start(args).await;
+    let mut driver = HttpDriver::new(format!("http://{}", host.addr), SEAM_KEY);
+    let server = TestServer::start().await;
+    let document = payloads::serve(&server);
+    let client = Client::new(format!("http://{}", host.addr), SEAM_KEY);
+    for definition in payloads::workflows(&server) {
+        let (status, body) = client.request("POST", "/v1/workflows", Some(definition)).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let played = payloads::scenario(&mut driver, &server, &document).await;
+
+    let database = dir.path().join("trellis.db");
+    let blob_rows = |run_id: &str| -> i64 {
+        let connection =
+            rusqlite::Connection::open_with_flags(&database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        connection.query_row("SELECT COUNT(*) FROM run_blobs WHERE run_id = ?1", [run_id], |row| row.get(0)).unwrap()
+    };
+    // The embedded host holds its file exclusively: look at it once the host is stopped.
+    host.stop().await;
+    assert_eq!((blob_rows(&played.parent), blob_rows(&played.child)), (1, 1), "one blob each, written once");
+
+    let mut args = serve_args(Some(dir.path()));
+    args.keys_file = Some(write_keys_file(dir.path(), &[(SEAM_KEY, "default", &["*"])]));
+    let host = start(args).await;
+    let client = Client::new(format!("http://{}", host.addr), SEAM_KEY);
+    let (status, report) =
+        client.request("POST", "/v1/runs:prune", Some(json!({"workflowId": payloads::PARENT, "keep": 0}))).await;
+    assert_eq!(status, 200, "{report}");
+    assert!(report["bytes"].as_u64().unwrap() > 2 * 5_000_000, "the blobs count in what a prune frees: {report}");
+    let (status, _) =
+        client.request("GET", &format!("/v1/runs/{}/blobs/{}", played.parent, played.reference), None).await;
+    assert_eq!(status, 404);
+    host.stop().await;
+    assert_eq!((blob_rows(&played.parent), blob_rows(&played.child)), (0, 0), "pruned with their runs");
 }

@@ -393,3 +393,56 @@ async fn retention_delete_and_prune_hold_on_dynamodb() {
     let mut aws = stack().await;
     trellis_testkit::replay::retention_scenario(&mut AwsDriver(&mut aws)).await;
 }
+
+/// Reruns (`:rerun`, `trellis_core::cache`) on the emulated stack, against the testkit's fake
+/// model and HTTP server: the scenario the embedded host plays (`tests/e2e_replay.rs`).
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn a_rerun_takes_unchanged_results_from_the_cache_on_dynamodb() {
+    require_emulators();
+    let model = trellis_testkit::fake_model::FakeModel::start().await;
+    let providers = json!([{"id": "fake", "kind": "openai", "baseUrl": model.openai_base_url(), "models": ["fake-model"], "default": true}]);
+    let mut aws = stack_with(Default::default(), providers.to_string()).await;
+    let server = trellis_testkit::http_server::TestServer::start().await;
+    trellis_testkit::rerun::serve(&server);
+    assert_eq!(aws.api("POST", "/v1/workflows", Some(trellis_testkit::rerun::workflow(&server))).await.0, 201);
+    trellis_testkit::rerun::scenario(&mut AwsDriver(&mut aws), &model, &server).await;
+}
+
+/// A 5 MB child output on the emulated stack: stored in S3 (moto), shown as a reference in
+/// snapshots and events, served by the blob route, carried whole into the next request —
+/// the scenario the embedded host plays — and deleted from the bucket by a prune.
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn a_five_megabyte_child_output_round_trips_through_s3_and_pruning_removes_it() {
+    use trellis_core::ports::BlobStore;
+    require_emulators();
+    let mut aws = stack().await;
+    let server = trellis_testkit::http_server::TestServer::start().await;
+    let document = trellis_testkit::payloads::serve(&server);
+    for definition in trellis_testkit::payloads::workflows(&server) {
+        assert_eq!(aws.api("POST", "/v1/workflows", Some(definition)).await.0, 201);
+    }
+    let before = aws.app.store.usage();
+    let played = trellis_testkit::payloads::scenario(&mut AwsDriver(&mut aws), &server, &document).await;
+    let used = aws.app.store.usage();
+    eprintln!(
+        "a 5 MB child output, parent and child: {} WRU in {} writes, {} S3 PUTs ({} bytes), {} S3 GETs",
+        used.write_units - before.write_units,
+        used.write_requests - before.write_requests,
+        used.blob_puts - before.blob_puts,
+        used.blob_bytes - before.blob_bytes,
+        used.blob_gets - before.blob_gets,
+    );
+    assert_eq!(used.blob_puts - before.blob_puts, 2, "one object per run, each written once");
+    for run_id in [&played.parent, &played.child] {
+        assert!(aws.app.store.blob(run_id, &played.reference).await.unwrap().is_some(), "in the bucket");
+    }
+    let (status, report) = aws
+        .api("POST", "/v1/runs:prune", Some(json!({"workflowId": trellis_testkit::payloads::PARENT, "keep": 0})))
+        .await;
+    assert_eq!(status, 200, "{report}");
+    for run_id in [&played.parent, &played.child] {
+        assert_eq!(aws.app.store.blob(run_id, &played.reference).await.unwrap(), None, "deleted with its run");
+    }
+}

@@ -33,6 +33,8 @@ pub const MARKER: &str = "$trellisBlob";
 pub const INLINE_LIMIT: usize = 256 * 1024;
 /// The largest value a run may hold at all (one blob), in bytes of JSON.
 pub const MAX_VALUE_BYTES: usize = 64 * 1024 * 1024;
+/// The smallest member spilled to bring its container under the limit.
+const MIN_SPILLED: usize = 1024;
 /// The error code of a value over [`MAX_VALUE_BYTES`], and of a commit a store cannot hold.
 pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
 
@@ -97,10 +99,15 @@ pub fn spill(value: &mut Value, limit: usize, out: &mut Vec<Blob>) -> bool {
     for member in members(value) {
         spilled |= spill(member, limit, out);
     }
-    // Still over: its largest members go, one by one, while that helps.
+    // Still over: its largest members go, one by one, while that helps (a member smaller
+    // than [`MIN_SPILLED`] would not: its reference is about as large).
     let mut total = size(value);
     if total > limit {
-        let mut sized: Vec<(usize, &mut Value)> = members(value).into_iter().map(|member| (size(member), member)).collect();
+        let mut sized: Vec<(usize, &mut Value)> = members(value)
+            .into_iter()
+            .map(|member| (size(member), member))
+            .filter(|(bytes, member)| *bytes >= MIN_SPILLED && reference(member).is_none())
+            .collect();
         let mut order: Vec<usize> = (0..sized.len()).collect();
         order.sort_by_key(|&index| (std::cmp::Reverse(sized[index].0), index));
         for index in order {
@@ -108,9 +115,6 @@ pub fn spill(value: &mut Value, limit: usize, out: &mut Vec<Blob>) -> bool {
                 break;
             }
             let (before, member) = &mut sized[index];
-            if reference(member).is_some() || *before < 128 {
-                continue;
-            }
             replace(member, out);
             total = total - *before + size(member);
             spilled = true;
@@ -213,15 +217,15 @@ mod tests {
 
     #[test]
     fn many_medium_members_spill_largest_first_and_spilling_is_a_function_of_the_value() {
-        let original = json!({"a": big(300), "b": big(400), "c": big(350), "d": 1});
+        let original = json!({"a": big(3000), "b": big(4000), "c": big(3500), "d": 1});
         let mut first = original.clone();
         let mut out = Vec::new();
-        spill(&mut first, 900, &mut out);
+        spill(&mut first, 9000, &mut out);
         assert!(reference(&first["b"]).is_some(), "the largest goes first: {first}");
-        assert_eq!((first["a"].clone(), first["c"].clone()), (big(300), big(350)), "then it fits");
-        assert!(size(&first) <= 900, "{first}");
+        assert_eq!((first["a"].clone(), first["c"].clone()), (big(3000), big(3500)), "then it fits");
+        assert!(size(&first) <= 9000, "{first}");
         assert_eq!(first["d"], 1);
-        assert_eq!(view(&original, 900), first, "a view spills the same way");
+        assert_eq!(view(&original, 9000), first, "a view spills the same way");
         let mut values = BTreeMap::new();
         for blob in &out {
             values.insert(blob.reference.clone(), serde_json::from_slice(&blob.bytes).unwrap());
@@ -243,9 +247,11 @@ mod tests {
         let again = text.clone();
         assert!(!spill(&mut text, 10, &mut out), "a reference stays");
         assert_eq!(text, again);
-        let mut crowd = Value::Array((0..300).map(|n| json!(n)).collect());
+        let mut crowd = Value::Array((0..30_000).map(|n| json!(format!("item {n}"))).collect());
         spill(&mut crowd, 300, &mut out);
         assert!(reference(&crowd).is_some(), "small members cannot bring it under the limit");
+        let whole = json!((0..30_000).map(|n| format!("item {n}")).collect::<Vec<_>>());
+        assert_eq!(out.last().map(|blob| blob.bytes.len()), Some(size(&whole)), "one blob: the whole array");
         assert!(reference(&json!({MARKER: {"ref": "r", "size": 1}, "other": 1})).is_none(), "not a lone marker");
     }
 }

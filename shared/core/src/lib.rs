@@ -42,8 +42,8 @@
 
 pub mod activity;
 pub mod ai;
-pub mod bundled;
 pub mod blob;
+pub mod bundled;
 pub mod bus;
 pub mod cache;
 pub mod capabilities;

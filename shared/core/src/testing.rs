@@ -5,10 +5,10 @@
 //! [`host_records`] holds both stores to the host record port, races included.
 
 pub mod activity;
+mod blobs;
 mod fanout;
 mod host_records;
 mod races;
-mod blobs;
 mod removal;
 mod retention;
 pub mod votes;

@@ -232,8 +232,9 @@ async fn a_layout_5_database_gains_the_host_records_and_keeps_its_runs() {
         .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'retains_until'", [], |row| row.get(0))
         .unwrap();
     assert_eq!(column, 1, "layout 7 records until when each run is kept");
-    let blobs: i64 =
-        reopened.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'run_blobs'", [], |row| row.get(0)).unwrap();
+    let blobs: i64 = reopened
+        .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'run_blobs'", [], |row| row.get(0))
+        .unwrap();
     assert_eq!(blobs, 1, "layout 8 keeps the runs' blobs");
 }
 

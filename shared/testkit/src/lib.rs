@@ -17,6 +17,7 @@ pub mod host;
 pub mod http_server;
 pub mod net;
 pub mod patterns;
+pub mod payloads;
 pub mod process;
 pub mod replay;
 pub mod rerun;

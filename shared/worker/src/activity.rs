@@ -49,7 +49,8 @@ pub(crate) async fn execute(
     attempt: Attempt<'_>,
     context: &TaskContext,
 ) -> Result<Option<Input>, ServiceError> {
-    let Some(run) = services.store.take_run(&task.run_id).await? else { return Ok(None) };
+    let Some(mut run) = services.store.take_run(&task.run_id).await? else { return Ok(None) };
+    services.hydrate(&mut run).await?;
     let workflow = services.pinned_workflow(&run).await;
     let now = services.clock.now();
     let call = workflow

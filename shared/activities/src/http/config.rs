@@ -258,9 +258,11 @@ pub fn parse(config: &Map<String, Value>) -> Result<HttpConfig, String> {
 
     let max_response_body_bytes = match config.get("maxResponseBodyBytes") {
         None | Some(Value::Null) => None,
-        Some(value) => Some(value.as_u64().filter(|n| (1..=MAX_NODE_RESPONSE_BODY_BYTES).contains(n)).ok_or_else(|| {
-            format!("config.maxResponseBodyBytes must be an integer from 1 to {MAX_NODE_RESPONSE_BODY_BYTES}")
-        })?),
+        Some(value) => {
+            Some(value.as_u64().filter(|n| (1..=MAX_NODE_RESPONSE_BODY_BYTES).contains(n)).ok_or_else(|| {
+                format!("config.maxResponseBodyBytes must be an integer from 1 to {MAX_NODE_RESPONSE_BODY_BYTES}")
+            })?)
+        }
     };
 
     Ok(HttpConfig { url, method, headers, body, timeout_ms, expect, auth, max_response_body_bytes })

@@ -83,6 +83,12 @@ pub enum Input {
         /// The task's id.
         task_id: String,
     },
+    /// The run's store refused a commit as too large, even with every value over 4 KiB
+    /// stored apart (see `crate::blob`): the run fails with `payload_too_large`.
+    Unstorable {
+        /// What the store said.
+        reason: String,
+    },
     /// An operator asked to cancel.
     Cancel {
         /// Free-text reason.

@@ -377,6 +377,16 @@ impl<'a> Transition<'a> {
         Verdict::Applied
     }
 
+    pub(super) fn unstorable(&mut self, reason: &str) -> Verdict {
+        let mut error = RunError::new(
+            crate::blob::PAYLOAD_TOO_LARGE,
+            "the run's state no longer fits its store, even with its large values stored apart",
+        );
+        error.details = Some(json!({ "reason": reason }));
+        self.fail_run(error, None, "unstorable");
+        Verdict::Applied
+    }
+
     pub(super) fn has_step_in_flight(&self) -> bool {
         self.state.nodes.values().any(|node| node.status == NodeStatus::Scheduled)
     }

@@ -129,6 +129,10 @@ pub fn apply(workflow: &Workflow, state: &mut RunState, input: Input, now: Milli
             Input::DeliveryExhausted { task_id },
         ) => tx.delivery_exhausted(&task_id),
         (
+            Pending | Running | Paused | WaitingApproval | WaitingInput | WaitingExternal | Cancelling,
+            Input::Unstorable { reason },
+        ) => tx.unstorable(&reason),
+        (
             Running | Paused | WaitingApproval | WaitingInput | WaitingExternal,
             Input::ActivityFinished { node_id, activation, attempt, result },
         ) => tx.activity_finished(&node_id, activation, attempt, result),

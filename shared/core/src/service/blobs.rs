@@ -1,8 +1,11 @@
 //! A run's large values (see [`crate::blob`]) at the store's edge: what a commit or a
 //! creation writes is spilled — its events' payloads, and the run's inputs, variables, node
-//! outputs and outputs it touched (all of them once the run has blobs: a store may write the
-//! whole state) — the new blobs are stored before the commit, and the in-memory run gets its
-//! values back afterwards ([`Services::unspill`]). A run read for the engine has its
+//! outputs, executing activities' prepared requests and outputs it touched (all of them once
+//! the run has blobs: a store may write the whole state) — the new blobs are stored before
+//! the commit, and the in-memory run gets its values back afterwards ([`Services::unspill`]).
+//! Other parts of a run's state (interrupt resume values, the per-child records of a
+//! parallel fan-out or a dispatch) stay inline; a commit they make too large for the store
+//! fails the run with `payload_too_large` (see `commit`), never a retry. A run read for the engine has its
 //! references read back ([`Services::hydrate`]); so do a source's outputs that a fork or a
 //! rerun takes. `GET /v1/runs/{id}/blobs/{ref}` is [`Services::blob_value`].
 
@@ -22,6 +25,7 @@ enum Slot {
     Input(String),
     Variable(String),
     Node(String),
+    Request(String),
     Outputs,
 }
 
@@ -73,7 +77,14 @@ impl Services {
             _ => run.nodes.keys().cloned().collect(),
         };
         for node_id in nodes {
-            let Some(node) = run.nodes.get_mut(&node_id).filter(|node| !node.outputs.is_empty()) else { continue };
+            let Some(node) = run.nodes.get_mut(&node_id) else { continue };
+            // An executing activity's prepared request (a large value it sends on).
+            if let Some(activity) = node.activity.as_mut() {
+                keep(Slot::Request(node_id.clone()), &mut activity.request, &mut blobs);
+            }
+            if node.outputs.is_empty() {
+                continue;
+            }
             let mut outputs = Value::Object(std::mem::take(&mut node.outputs));
             keep(Slot::Node(node_id), &mut outputs, &mut blobs);
             node.outputs = into_map(outputs);
@@ -110,6 +121,11 @@ impl Services {
                         node.outputs = into_map(value);
                     }
                 }
+                Slot::Request(node_id) => {
+                    if let Some(activity) = run.nodes.get_mut(&node_id).and_then(|node| node.activity.as_mut()) {
+                        activity.request = value;
+                    }
+                }
                 Slot::Outputs => run.outputs = into_map(value),
             }
         }
@@ -122,7 +138,10 @@ impl Services {
             return Ok(());
         }
         let mut references = Vec::new();
-        run.inputs.values().chain(run.variables.values()).for_each(|value| blob::references(value, &mut references));
+        let requests = run.nodes.values().filter_map(|node| node.activity.as_ref().map(|activity| &activity.request));
+        run.inputs.values().chain(run.variables.values()).chain(requests).for_each(|value| {
+            blob::references(value, &mut references);
+        });
         for outputs in run.nodes.values().map(|node| &node.outputs).chain([&run.outputs]) {
             blob::references(&Value::Object(outputs.clone()), &mut references);
         }
@@ -131,6 +150,9 @@ impl Services {
         }
         let values = self.blob_values(&run.run_id, &references).await?;
         run.inputs.values_mut().chain(run.variables.values_mut()).for_each(|value| blob::hydrate(value, &values));
+        for activity in run.nodes.values_mut().filter_map(|node| node.activity.as_mut()) {
+            blob::hydrate(&mut activity.request, &values);
+        }
         for outputs in run.nodes.values_mut().map(|node| &mut node.outputs).chain([&mut run.outputs]) {
             let mut whole = Value::Object(std::mem::take(outputs));
             blob::hydrate(&mut whole, &values);

@@ -109,7 +109,7 @@ impl Services {
                 }
                 Err(StoreError::LimitExceeded(why)) => match too_large(input, &why) {
                     Some(failed) => {
-                        tracing::warn!(run_id, %why, "an activity result does not fit the run; failing its node");
+                        tracing::warn!(run_id, %why, "the commit does not fit the run's store; failing the node or the run");
                         input = failed;
                         continue;
                     }
@@ -144,8 +144,9 @@ impl Services {
 /// The inline limit of a commit decided again after its store refused it as too large.
 pub(super) const TIGHT_INLINE_BYTES: usize = 4 * 1024;
 
-/// `input`, an activity's successful result that its store could not hold, as the node's
-/// failure `payload_too_large`; `None` for any other input.
+/// What to apply instead of `input` when the store could not hold its commit: an activity's
+/// successful result becomes the node's failure `payload_too_large`, another input the run's
+/// ([`Input::Unstorable`]); `None` when that failure did not fit either.
 fn too_large(input: Input, why: &str) -> Option<Input> {
     match input {
         Input::ActivityFinished { node_id, activation, attempt, result: Ok(_) } => {
@@ -156,7 +157,8 @@ fn too_large(input: Input, why: &str) -> Option<Input> {
             );
             Some(Input::ActivityFinished { node_id, activation, attempt, result: Err(error) })
         }
-        _ => None,
+        Input::Unstorable { .. } => None,
+        _ => Some(Input::Unstorable { reason: why.to_owned() }),
     }
 }
 

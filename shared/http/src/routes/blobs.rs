@@ -12,7 +12,12 @@ use crate::error::ApiError;
 use crate::AppState;
 
 /// The blob `reference` of `caller`'s run `run_id` (an internal id).
-pub(crate) async fn blob(caller: &Caller, state: &AppState, run_id: &str, reference: &str) -> Result<Response, ApiError> {
+pub(crate) async fn blob(
+    caller: &Caller,
+    state: &AppState,
+    run_id: &str,
+    reference: &str,
+) -> Result<Response, ApiError> {
     caller.require(Scope::RunsRead)?;
     let bytes = state.services.blob_value(caller.tenant(), run_id, reference).await?;
     let mut response = (StatusCode::OK, bytes).into_response();

@@ -77,8 +77,16 @@ impl DynamoStore {
                 })
                 .collect();
             for chunk in objects.chunks(PER_DELETE).filter(|_| delete) {
-                let delete = Delete::builder().set_objects(Some(chunk.to_vec())).quiet(true).build().map_err(unavailable)?;
-                bucket.client.delete_objects().bucket(&bucket.bucket).delete(delete).send().await.map_err(unavailable)?;
+                let delete =
+                    Delete::builder().set_objects(Some(chunk.to_vec())).quiet(true).build().map_err(unavailable)?;
+                bucket
+                    .client
+                    .delete_objects()
+                    .bucket(&bucket.bucket)
+                    .delete(delete)
+                    .send()
+                    .await
+                    .map_err(unavailable)?;
                 self.meter.blob_other();
             }
             match listed.next_continuation_token() {
