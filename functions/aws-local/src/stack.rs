@@ -85,6 +85,12 @@ fn eventbridge_reachable(lookup: &dyn Fn(&str) -> Option<String>, allow_real_aws
     allow_real_aws || set("AWS_ENDPOINT_URL") || set("AWS_ENDPOINT_URL_EVENTBRIDGE")
 }
 
+/// Whether S3 can be reached: an emulator's endpoint is set, or real AWS is allowed.
+fn s3_reachable(lookup: &dyn Fn(&str) -> Option<String>, allow_real_aws: bool) -> bool {
+    let set = |name: &str| lookup(name).is_some_and(|value| !value.trim().is_empty());
+    allow_real_aws || set("AWS_ENDPOINT_URL") || set("AWS_ENDPOINT_URL_S3")
+}
+
 /// The functions' `TRELLIS_PUBLIC_URL` when the environment (`set`) gives none: the stack's
 /// own address under its stage (`http://127.0.0.1:8080/v`; loopback for an unspecified bind
 /// address), so the links of an external-event notification (`resolvePath`, `resolveUrl`)
@@ -175,6 +181,24 @@ async fn start(args: &Args) -> Result<Running, StartError> {
     if let Some(bus) = &bus {
         overlay.insert("TRELLIS_EVENT_BUS_NAME", bus.clone());
     }
+    // Values over 256 KiB go to the stack's own bucket where S3 is reachable (an emulator's
+    // endpoint uses path-style addressing), unless the environment names one.
+    let lookup = |name: &str| std::env::var(name).ok();
+    let bucket = match std::env::var("TRELLIS_BLOB_BUCKET").ok().filter(|bucket| !bucket.trim().is_empty()) {
+        Some(named) => Some(named),
+        None if s3_reachable(&lookup, args.allow_real_aws) => {
+            let emulated = !args.allow_real_aws;
+            let s3 = aws_sdk_s3::Client::from_conf(
+                aws_sdk_s3::config::Builder::from(&config).force_path_style(emulated).build(),
+            );
+            overlay.insert("TRELLIS_S3_PATH_STYLE", if emulated { "on" } else { "off" }.to_owned());
+            Some(resources::ensure_bucket(&s3, &args.name).await?)
+        }
+        None => None,
+    };
+    if let Some(bucket) = &bucket {
+        overlay.insert("TRELLIS_BLOB_BUCKET", bucket.clone());
+    }
     let (settings, api) = settings_with(&overlay)?;
 
     let api_app = AwsApp::new_api(settings.clone(), &config);
@@ -216,6 +240,7 @@ async fn start(args: &Args) -> Result<Running, StartError> {
         completions = %made.queues.completion,
         triggers = %made.triggers.1,
         bus = bus.as_deref().unwrap_or("none"),
+        blobs = bucket.as_deref().unwrap_or("none"),
         "resources ready"
     );
     println!("trellis-aws-local listening on http://{addr}/{}", args.stage);

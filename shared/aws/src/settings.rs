@@ -203,6 +203,11 @@ impl Settings {
     /// Reads the settings through `lookup` (tests pass a map).
     pub fn from_lookup(lookup: Lookup<'_>) -> Result<Self, SettingsError> {
         let defaults = HostLimits::default();
+        let blobs = BlobSettings {
+            bucket: lookup("TRELLIS_BLOB_BUCKET").map(|bucket| bucket.trim().to_owned()).filter(|b| !b.is_empty()),
+            path_style: switch(lookup, "TRELLIS_S3_PATH_STYLE", false)?,
+        };
+        let blob_storage = blobs.bucket.is_some();
         let max_receive_count = number(lookup, "TRELLIS_MAX_RECEIVE_COUNT", 5u32)?;
         if max_receive_count < 2 {
             return Err(SettingsError::Invalid {
@@ -243,10 +248,7 @@ impl Settings {
             dispatcher_timeout_ms,
             retention_days,
             delta_pages: switch(lookup, "TRELLIS_DELTA_PAGES", true)?,
-            blobs: BlobSettings {
-                bucket: lookup("TRELLIS_BLOB_BUCKET").map(|bucket| bucket.trim().to_owned()).filter(|b| !b.is_empty()),
-                path_style: switch(lookup, "TRELLIS_S3_PATH_STYLE", false)?,
-            },
+            blobs,
             callback_secret: lookup("TRELLIS_CURSOR_SECRET").filter(|secret| !secret.trim().is_empty()),
             test_seams: matches!(lookup("OPENWOP_TEST_SEAM_ENABLED").as_deref().map(str::trim), Some("true" | "1")),
             http: http_settings(lookup)?,
@@ -268,6 +270,7 @@ impl Settings {
                 // An activity attempt runs inside one dispatcher invocation.
                 max_attempt_ms: dispatcher_timeout_ms.saturating_sub(COMMIT_MARGIN_MS),
                 default_retention_ms: Some(retention_days.saturating_mul(trellis_core::retention::DAY_MS)),
+                blob_storage,
                 ..defaults
             },
         })

@@ -36,6 +36,9 @@ pub struct HostLimits {
     /// The largest value one activity may produce, in bytes of JSON: a larger result fails
     /// its node with `payload_too_large` (not retried).
     pub max_value_bytes: usize,
+    /// Whether values over [`crate::blob::INLINE_LIMIT`] are stored apart (an AWS host
+    /// without a blob bucket keeps them inline, as far as its store allows).
+    pub blob_storage: bool,
 }
 
 impl Default for HostLimits {
@@ -47,6 +50,7 @@ impl Default for HostLimits {
             max_attempt_ms: 3_600_000,
             default_retention_ms: None,
             max_value_bytes: crate::blob::MAX_VALUE_BYTES,
+            blob_storage: true,
         }
     }
 }

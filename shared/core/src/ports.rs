@@ -469,9 +469,10 @@ pub async fn all_records(
 /// deleted with the run ([`RunStore::delete_run`]).
 #[async_trait]
 pub trait BlobStore: Send + Sync {
-    /// Stores `blobs` of run `run_id`. Idempotent: a blob's reference is its content's
-    /// address, so storing it again changes nothing.
-    async fn put_blobs(&self, run_id: &str, blobs: &[crate::blob::Blob]) -> Result<(), StoreError>;
+    /// Stores `blobs` of `run` (a store that expires data may read the run's retention).
+    /// Idempotent: a blob's reference is its content's address, so storing it again changes
+    /// nothing.
+    async fn put_blobs(&self, run: &RunState, blobs: &[crate::blob::Blob]) -> Result<(), StoreError>;
     /// The bytes of run `run_id`'s blob `reference`; `None` when it holds none such.
     async fn blob(&self, run_id: &str, reference: &str) -> Result<Option<Vec<u8>>, StoreError>;
 }

@@ -110,6 +110,23 @@ impl Discovery {
             "delete": true,
             "prune": true,
             "defaultRetentionMs": limits.default_retention_ms,
+            // `POST /v1/runs/{id}:rerun` (docs/replay.md, "Reruns"): cacheable activities take
+            // the source's result under a key namespaced by tenant.
+            "rerun": {
+                "supported": true,
+                "cacheScope": "tenant",
+                "keyRecipe": trellis_core::cache::RECIPE,
+                "requestIdentity": trellis_core::ai::identity::RECIPE,
+                "cacheable": ["model-call", "http-get", "http-head", "settings.cacheable"],
+            },
+            // Values over the inline limit are stored apart, read at
+            // `GET /v1/runs/{id}/blobs/{ref}` (docs/payloads.md).
+            "payloads": {
+                "inlineMaxBytes": trellis_core::blob::INLINE_LIMIT,
+                "maxValueBytes": limits.max_value_bytes,
+                "blobs": limits.blob_storage,
+                "reference": trellis_core::blob::MARKER,
+            },
         });
         // Forks (replay §6): both modes; in a replay every activity — the one seam where a
         // call leaves the host — resolves the source's recorded outcome or fails closed

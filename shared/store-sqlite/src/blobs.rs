@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 use trellis_core::blob::Blob;
 use trellis_core::ports::BlobStore;
-use trellis_core::StoreError;
+use trellis_core::{RunState, StoreError};
 
 use crate::store::{unavailable, SqliteStore};
 use crate::writer::{Answer, Write};
@@ -34,12 +34,12 @@ pub(crate) fn blob(connection: &Connection, run_id: &str, reference: &str) -> Re
 
 #[async_trait]
 impl BlobStore for SqliteStore {
-    async fn put_blobs(&self, run_id: &str, blobs: &[Blob]) -> Result<(), StoreError> {
+    async fn put_blobs(&self, run: &RunState, blobs: &[Blob]) -> Result<(), StoreError> {
         if blobs.is_empty() {
             return Ok(());
         }
         let blobs = blobs.iter().map(|blob| (blob.reference.clone(), blob.bytes.clone())).collect();
-        match self.writer.write(Write::Blobs { run_id: run_id.to_owned(), blobs }).await? {
+        match self.writer.write(Write::Blobs { run_id: run.run_id.clone(), blobs }).await? {
             Answer::Done => Ok(()),
             _ => Err(StoreError::Corrupt("a blob write got another write's answer".to_owned())),
         }

@@ -80,6 +80,11 @@ fn reference_at(value: &Value, what: &str) -> String {
 /// child's `node.completed`, the blob route of either run returns them, the parent's POST
 /// carried the whole document, and a reference the run does not hold is `404`.
 pub async fn scenario(driver: &mut dyn Driver, server: &TestServer, document: &Value) -> Played {
+    let (_, discovery) = driver.call("GET", "/.well-known/openwop", None, false).await;
+    assert_eq!(
+        discovery["runs"]["payloads"],
+        json!({"inlineMaxBytes": 262_144, "maxValueBytes": 67_108_864, "blobs": true, "reference": "$trellisBlob"})
+    );
     let (status, created) = driver.call("POST", "/v1/runs", Some(json!({"workflowId": PARENT})), true).await;
     assert_eq!(status, 201, "{created}");
     let parent = created["runId"].as_str().expect("run id").to_owned();

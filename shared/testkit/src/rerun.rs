@@ -109,6 +109,9 @@ pub async fn rerun(driver: &mut dyn Driver, source: &str, body: Value) -> Value 
 /// node that reads it and the cacheable `POST` that depends on its answer; `useCache: false`
 /// calls everything again. Returns the three run ids (source, unchanged, changed).
 pub async fn scenario(driver: &mut dyn Driver, model: &FakeModel, server: &TestServer) -> [String; 3] {
+    let (_, discovery) = driver.call("GET", "/.well-known/openwop", None, false).await;
+    let advertised = &discovery["runs"]["rerun"];
+    assert_eq!((advertised["supported"].as_bool(), advertised["cacheScope"].as_str()), (Some(true), Some("tenant")));
     let before = counts(model, server);
     let body = json!({"workflowId": WORKFLOW_ID, "inputs": {"topic": "water", "tone": "dry"}});
     let (status, created) = driver.call("POST", "/v1/runs", Some(body), true).await;

@@ -44,8 +44,8 @@ impl WorkflowStore for FailingSteps {
 
 #[async_trait]
 impl trellis_core::ports::BlobStore for FailingSteps {
-    async fn put_blobs(&self, run_id: &str, blobs: &[trellis_core::blob::Blob]) -> Result<(), StoreError> {
-        self.0.put_blobs(run_id, blobs).await
+    async fn put_blobs(&self, run: &RunState, blobs: &[trellis_core::blob::Blob]) -> Result<(), StoreError> {
+        self.0.put_blobs(run, blobs).await
     }
     async fn blob(&self, run_id: &str, reference: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.0.blob(run_id, reference).await

@@ -1,8 +1,8 @@
 //! The local stack's resources under one name: the table `{name}`, the queues of
 //! [`crate::provision::create_queues`] (`{name}-steps`, `{name}-steps-dlq`,
 //! `{name}-completions.fifo`, `{name}-completions-dlq.fifo`), the trigger queue
-//! (`{name}-triggers`, `{name}-triggers-dlq`) and, where EventBridge is reachable, the
-//! run-event bus `{name}-runs`. Created when missing, reused when they exist, so a restart on
+//! (`{name}-triggers`, `{name}-triggers-dlq`), where EventBridge is reachable the run-event
+//! bus `{name}-runs`, and where S3 is the blob bucket `{name}-blobs` (lower case). Created when missing, reused when they exist, so a restart on
 //! the same name finds its runs.
 
 use aws_sdk_sqs::operation::get_queue_url::GetQueueUrlError;
@@ -34,6 +34,14 @@ pub enum ResourcesError {
     Bus {
         /// The bus.
         bus: String,
+        /// The cause.
+        message: String,
+    },
+    /// S3 refused or could not be reached.
+    #[error("cannot create or reuse the blob bucket `{bucket}`: {message}")]
+    Bucket {
+        /// The bucket.
+        bucket: String,
         /// The cause.
         message: String,
     },
@@ -121,6 +129,29 @@ pub async fn ensure(
             .map_err(queue_error)?,
     };
     Ok(Resources { table: name.to_owned(), queues, triggers })
+}
+
+/// The blob bucket's name for a stack `name`: S3 names are lower case, without `_`, at most
+/// 63 characters.
+pub fn bucket_name(name: &str) -> String {
+    let base: String = name.to_ascii_lowercase().replace('_', "-").chars().take(63 - "-blobs".len()).collect();
+    format!("{base}-blobs")
+}
+
+/// Creates the blob bucket of `name` ([`bucket_name`]) unless it exists; returns its name.
+pub async fn ensure_bucket(s3: &aws_sdk_s3::Client, name: &str) -> Result<String, ResourcesError> {
+    let bucket = bucket_name(name);
+    match s3.create_bucket().bucket(&bucket).send().await {
+        Ok(_) => Ok(bucket),
+        Err(error)
+            if error
+                .as_service_error()
+                .is_some_and(|e| e.is_bucket_already_owned_by_you() || e.is_bucket_already_exists()) =>
+        {
+            Ok(bucket)
+        }
+        Err(error) => Err(ResourcesError::Bucket { bucket, message: format!("{error:?}") }),
+    }
 }
 
 /// Creates the run-event bus `{name}-runs` unless it exists; returns its name.

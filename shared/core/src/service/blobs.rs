@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::Services;
 use crate::blob::{self, Blob};
-use crate::error::ServiceError;
+use crate::error::{ServiceError, StoreError};
 use crate::event::RunEvent;
 use crate::run::{Changes, RunState};
 
@@ -44,7 +44,10 @@ impl Services {
         changes: Option<&Changes>,
         events: &mut [RunEvent],
         limit: Option<usize>,
-    ) -> Result<Spilled, ServiceError> {
+    ) -> Result<Spilled, StoreError> {
+        if !self.limits.blob_storage {
+            return Ok(Spilled::default());
+        }
         let limit = limit.unwrap_or(blob::INLINE_LIMIT);
         let mut blobs = Vec::new();
         for event in events.iter_mut() {
@@ -98,7 +101,7 @@ impl Services {
         // sent again.
         blobs.retain(|blob| !run.blobs.contains_key(&blob.reference));
         if !blobs.is_empty() {
-            self.store.put_blobs(&run.run_id, &blobs).await?;
+            self.store.put_blobs(run, &blobs).await?;
             for blob in &blobs {
                 run.blobs.insert(blob.reference.clone(), blob.bytes.len() as u64);
             }

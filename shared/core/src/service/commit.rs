@@ -84,18 +84,25 @@ impl Services {
             // Large values go apart before anything compares or delivers the events.
             let limit = tight.then_some(TIGHT_INLINE_BYTES);
             let changes = (!tight).then_some(&decision.outcome.changes);
-            let spilled = self.spill(&mut decision.run, changes, &mut decision.outcome.events, limit).await?;
-            // A fork records where it departs from its source, before its events are delivered.
-            self.mark_divergence(&mut decision.run, &mut decision.outcome.events).await?;
-            // The webhook deliveries and the bus publish its events call for commit with them (the outbox).
-            let deliveries = self.integration_effects(&decision.run, &decision.outcome.events).await?;
-            decision.outcome.effects.extend(deliveries);
-            hooks.before_commit();
-            let outcome = &decision.outcome;
-            let (expected, changes) = (decision.expected_version, &outcome.changes);
-            let changes = if tight { &Changes::all() } else { changes };
-            match self.store.commit_changes(&decision.run, expected, changes, &outcome.events, &outcome.effects).await {
-                Ok(()) => Self::unspill(&mut decision.run, spilled),
+            let committed = match self.spill(&mut decision.run, changes, &mut decision.outcome.events, limit).await {
+                Ok(spilled) => {
+                    // A fork records where it departs from its source, before its events are delivered.
+                    self.mark_divergence(&mut decision.run, &mut decision.outcome.events).await?;
+                    // The webhook deliveries and the bus publish its events call for commit with them (the outbox).
+                    let deliveries = self.integration_effects(&decision.run, &decision.outcome.events).await?;
+                    decision.outcome.effects.extend(deliveries);
+                    hooks.before_commit();
+                    let outcome = &decision.outcome;
+                    let (expected, changes) = (decision.expected_version, &outcome.changes);
+                    let changes = if tight { &Changes::all() } else { changes };
+                    let written =
+                        self.store.commit_changes(&decision.run, expected, changes, &outcome.events, &outcome.effects);
+                    written.await.map(|()| spilled)
+                }
+                Err(error) => Err(error),
+            };
+            match committed {
+                Ok(spilled) => Self::unspill(&mut decision.run, spilled),
                 Err(StoreError::Conflict) => {
                     let ceiling = backoff_ceiling_ms(race);
                     self.clock.sleep(self.ids.random() % (ceiling + 1)).await;
@@ -126,7 +133,7 @@ impl Services {
             }
             decision.log_transition();
             hooks.after_commit();
-            self.carry_out(&decision.run, &outcome.effects, inline).await;
+            self.carry_out(&decision.run, &decision.outcome.effects, inline).await;
             hooks.after_effects();
             if decision.run.replay.is_some() && decision.run.pending_interrupt().is_some() {
                 // A fork answers its interrupts as its source was answered.

@@ -12,17 +12,19 @@ use crate::ports::Store;
 
 pub(super) async fn blobs_belong_to_their_run(store: Arc<dyn Store>) {
     let workflow = chain_workflow();
+    let mut runs = Vec::new();
     for run_id in ["run-blob", "run-blob-other"] {
         let mut run = pending_run(&workflow, run_id, "t-blob");
         let outcome = engine::apply(&workflow, &mut run, Input::Start, 1_000);
         run.version = 1;
         store.create_run(&run, &outcome.events, &outcome.effects, None).await.unwrap();
+        runs.push(run);
     }
     let large = blob_of(&json!({"body": "x".repeat(1_500_000)}));
     let small = blob_of(&json!([1, 2, 3]));
     let before = store.run_bytes("run-blob").await.unwrap();
-    store.put_blobs("run-blob", &[large.clone(), small.clone()]).await.unwrap();
-    store.put_blobs("run-blob", &[small.clone()]).await.unwrap();
+    store.put_blobs(&runs[0], &[large.clone(), small.clone()]).await.unwrap();
+    store.put_blobs(&runs[0], &[small.clone()]).await.unwrap();
     assert_eq!(store.blob("run-blob", &large.reference).await.unwrap().as_deref(), Some(&large.bytes[..]));
     assert_eq!(store.blob("run-blob", &small.reference).await.unwrap().as_deref(), Some(&small.bytes[..]));
     assert_eq!(store.blob("run-blob", "0123").await.unwrap(), None, "an unknown reference");
