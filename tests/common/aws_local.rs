@@ -29,7 +29,7 @@ impl Local {
     pub fn start(dir: &Path, name: &str, workflows: &Path) -> Self {
         let mut child = Command::new(aws_local_binary())
             .current_dir(dir)
-            .args(["--bind", "127.0.0.1:0", "--name", name, "--workflows"])
+            .args(["--bind", "127.0.0.1:0", "--name", name, "--http-allow-private-nets", "127.0.0.1/32", "--workflows"])
             .arg(workflows)
             .env("TRELLIS_API_KEY", KEY)
             .env("RUST_LOG", "warn")

@@ -504,6 +504,52 @@ pub async fn child_runs(browser: &Browser, target: &UiTarget) {
     browser.wait_for("svg#graph g.node[data-node-id=inner][data-state=completed]", "the child's graph").await;
 }
 
+/// A rerun's graph marks the nodes it took from its source (`trellis.node.replayed`): a GET
+/// node against a local server, rerun with nothing changed, reads `data-replayed=true` with
+/// its label, and the timeline lists the event; the server was called once.
+pub async fn rerun_from_cache(browser: &Browser, target: &UiTarget) {
+    let server = trellis_testkit::http_server::TestServer::start().await;
+    server.route("/facts", vec![trellis_testkit::http_server::Reply::json(200, &json!({"fact": "cached"}))]);
+    let workflow = format!("ui-rerun-{}", unique());
+    target
+        .register(&json!({"id": workflow, "name": "UI rerun", "version": "1",
+            "nodes": [{"id": "fetch", "typeId": "core.http.request", "config": {"url": server.url("/facts")}},
+                      {"id": "after", "typeId": "core.noop"}],
+            "edges": [{"id": "fetch-after", "sourceNodeId": "fetch", "targetNodeId": "after"}]}))
+        .await;
+    let source = target.start_run(&workflow, json!({})).await;
+    let mut completed = false;
+    for _ in 0..100 {
+        if target.snapshot(&source).await["status"] == "completed" {
+            completed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(completed, "the source completes");
+    let (status, rerun) =
+        target.request(reqwest::Method::POST, &format!("/v1/runs/{source}:rerun"), Some(json!({}))).await;
+    assert_eq!(status, 201, "{rerun}");
+    let rerun_id = rerun["runId"].as_str().expect("the rerun's id").to_owned();
+    route(browser, &format!("#/runs/{rerun_id}")).await;
+    browser
+        .wait_for(
+            &format!("section#run-page[data-run-id=\"{rerun_id}\"][data-status=completed]"),
+            "the rerun completes",
+        )
+        .await;
+    browser.wait_for("svg#graph g.node[data-node-id=fetch][data-replayed=true]", "the cached node's mark").await;
+    assert_eq!(
+        browser.text_of("svg#graph g.node[data-node-id=fetch] text.replayed").await.as_deref(),
+        Some("from cache")
+    );
+    assert!(!browser.exists("svg#graph g.node[data-node-id=after][data-replayed]").await, "a pure node is computed");
+    let timeline = browser.text_of("#timeline").await.unwrap_or_default();
+    assert!(timeline.contains("trellis.node.replayed"), "{timeline}");
+    assert_eq!(server.requests_to("/facts").len(), 1, "the rerun did not call the server");
+    browser.screenshot(&target.shot("17-rerun-cache")).await;
+}
+
 /// "Sign out" forgets the key and shows the sign-in form again.
 pub async fn sign_out(browser: &Browser, target: &UiTarget) {
     browser.click("nav#nav button#sign-out", "the sign-out button").await;
@@ -523,5 +569,6 @@ pub async fn all(browser: &Browser, target: &UiTarget) {
     runs_live(browser, target).await;
     answer_form(browser, target).await;
     child_runs(browser, target).await;
+    rerun_from_cache(browser, target).await;
     sign_out(browser, target).await;
 }

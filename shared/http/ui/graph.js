@@ -128,6 +128,8 @@ export class NodeStates {
     this.state = new Map();
     this.started = new Map();
     this.completed = new Map();
+    // Nodes a rerun took from its source's results (trellis.node.replayed, debug mode).
+    this.replayed = new Set();
   }
 
   apply(event) {
@@ -157,6 +159,9 @@ export class NodeStates {
       case 'node.suspended':
         this.state.set(id, INTERRUPTS.has(this.types.get(id)) || event.payload?.interruptId ? 'waiting' : 'running');
         break;
+      case 'trellis.node.replayed':
+        this.replayed.add(id);
+        break;
       case 'run.cancelled':
         for (const [node, state] of this.state) if (state === 'running' || state === 'waiting') this.state.set(node, 'cancelled');
         break;
@@ -172,7 +177,15 @@ export class NodeStates {
   }
 
   paint(graph) {
-    for (const [id, g] of graph.nodes) g.setAttribute('data-state', this.state.get(id) || 'pending');
+    for (const [id, g] of graph.nodes) {
+      g.setAttribute('data-state', this.state.get(id) || 'pending');
+      if (this.replayed.has(id) && !g.hasAttribute('data-replayed')) {
+        // A cache hit: the node's result is its source run's (nothing was called again).
+        g.setAttribute('data-replayed', 'true');
+        g.appendChild(svg('text', { class: 'replayed', x: 4, y: -4, text: 'from cache' }));
+        g.appendChild(svg('title', { text: 'result taken from the source run (rerun cache)' }));
+      }
+    }
     for (const edge of graph.edges) edge.path.setAttribute('data-state', this.edgeState(edge.from, edge.to));
   }
 }
