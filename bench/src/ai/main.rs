@@ -20,6 +20,7 @@
 //! figures; asserts nothing.
 
 mod calls;
+mod reruns;
 #[path = "../error.rs"]
 mod error;
 #[path = "../follow.rs"]
@@ -74,6 +75,13 @@ struct Args {
     /// Benchmark an in-memory host instead of the durable data directory.
     #[arg(long)]
     memory: bool,
+    /// Reruns of a finished `--length`-node model-call chain with the result cache, then as
+    /// many without it (0: none).
+    #[arg(long, default_value_t = 10)]
+    reruns: usize,
+    /// How long the fake takes to answer each call of the reruns, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    rerun_latency_ms: u64,
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -130,6 +138,33 @@ fn burst_rows(report: &mut String, figures: &Figures, cpu: &CpuUsed) {
         total(cpu.bench),
         per(cpu.bench, figures.runs)
     );
+}
+
+/// Reruns of one finished model-call chain, with and without the result cache.
+async fn rerun_rows(report: &mut String, base: &str, pid: Option<u32>, model: &FakeModel, args: &Args) {
+    model.set_latency(Duration::from_millis(args.rerun_latency_ms));
+    let fail = |error: error::BenchError| -> ! { panic!("trellis-bench-ai: {error}") };
+    let source = reruns::source(base, "bench-ai-chain").await.unwrap_or_else(|error| fail(error));
+    let _ = writeln!(
+        report,
+        "reruns of one finished {}-node model-call chain, {} each, one at a time, the fake answering after {} ms",
+        args.length, args.reruns, args.rerun_latency_ms
+    );
+    for (name, use_cache) in [("with the cache", true), ("without", false)] {
+        let measured = reruns::measure(base, pid, model, &source, args.reruns, use_cache)
+            .await
+            .unwrap_or_else(|error| fail(error));
+        let list = &measured.finished;
+        let _ = writeln!(
+            report,
+            "  {name:<15} :rerun -> terminal min {:.1} / median {:.1} / max {:.1} ms; host CPU {} per rerun; model calls {}",
+            ms(list[0]),
+            ms(list[list.len() / 2]),
+            ms(list[list.len() - 1]),
+            per(measured.cpu.host, args.reruns).replace("n/a", "n/a ") + " µs",
+            measured.model_calls
+        );
+    }
 }
 
 /// The `output.chunk` events of each run: (fewest, most, mean).
@@ -251,6 +286,9 @@ async fn main() {
     let figures = Figures::of(outcomes);
     burst_rows(&mut report, &figures, &cpu);
     let _ = writeln!(report, "  output.chunk events per call: {mean:.1} (min {fewest}, max {most})");
+    if args.reruns > 0 {
+        rerun_rows(&mut report, &host.base, pid, &model, &args).await;
+    }
     let _ = writeln!(
         report,
         "model calls the fake answered: {} (scripted replies left unused: {})",

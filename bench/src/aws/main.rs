@@ -9,7 +9,8 @@
 //! see [`fanout`]). With `--patterns` it only measures the runs of the six agent-workflow
 //! patterns' checks (see [`patterns`]). With `--webhooks` it only measures what webhook
 //! subscriptions cost a step (see [`webhooks`]); with `--events`, what run events on a bus
-//! and queue-triggered runs cost (see [`events`]).
+//! and queue-triggered runs cost (see [`events`]); with `--payloads`, what a large value
+//! costs (see [`payloads`]).
 //!
 //! Run it through the emulator wrapper:
 //! `unshare -n bash scripts/emulators.sh run -- ./target/release/trellis-bench-aws`
@@ -22,6 +23,7 @@ mod events;
 #[path = "../fanout_shapes.rs"]
 mod fanout_shapes;
 mod patterns;
+mod payloads;
 mod reconciler;
 mod startup;
 mod webhooks;
@@ -77,6 +79,10 @@ struct Args {
     /// by SQS trigger messages cost, against plain runs (moto's EventBridge).
     #[arg(long)]
     events: bool,
+    /// Only measure what a large value costs: runs of a GET whose body is 1 KiB to 5 MiB
+    /// (S3 on the emulator for values over 256 KiB).
+    #[arg(long)]
+    payloads: bool,
     /// Only measure the six agent-workflow patterns of `examples/workflows/patterns/`: the cost
     /// of every run their checks create, against the fake model.
     #[arg(long)]
@@ -141,6 +147,10 @@ async fn main() {
     }
     if args.webhooks {
         webhooks::figures(&apps, &sqs, &queue_url, args.runs, args.nodes).await;
+        return;
+    }
+    if args.payloads {
+        payloads::figures(&apps, &sqs, [&queue_url, &completion_url], args.runs).await;
         return;
     }
     if args.fan_out > 0 {

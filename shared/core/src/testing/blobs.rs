@@ -24,7 +24,7 @@ pub(super) async fn blobs_belong_to_their_run(store: Arc<dyn Store>) {
     let small = blob_of(&json!([1, 2, 3]));
     let before = store.run_bytes("run-blob").await.unwrap();
     store.put_blobs(&runs[0], &[large.clone(), small.clone()]).await.unwrap();
-    store.put_blobs(&runs[0], &[small.clone()]).await.unwrap();
+    store.put_blobs(&runs[0], std::slice::from_ref(&small)).await.unwrap();
     assert_eq!(store.blob("run-blob", &large.reference).await.unwrap().as_deref(), Some(&large.bytes[..]));
     assert_eq!(store.blob("run-blob", &small.reference).await.unwrap().as_deref(), Some(&small.bytes[..]));
     assert_eq!(store.blob("run-blob", "0123").await.unwrap(), None, "an unknown reference");

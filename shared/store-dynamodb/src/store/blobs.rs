@@ -58,7 +58,7 @@ impl DynamoStore {
 
     /// The bytes `run_id`'s blobs hold (a listing).
     pub(super) async fn blob_bytes(&self, run_id: &str) -> Result<u64, StoreError> {
-        Ok(self.visit_blobs(run_id, false).await?)
+        self.visit_blobs(run_id, false).await
     }
 
     /// Deletes every blob of `run_id` (a listing, then batch deletes); the bytes they held.
