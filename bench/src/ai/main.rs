@@ -20,7 +20,6 @@
 //! figures; asserts nothing.
 
 mod calls;
-mod reruns;
 #[path = "../error.rs"]
 mod error;
 #[path = "../follow.rs"]
@@ -33,6 +32,7 @@ mod load;
 #[path = "../procfs.rs"]
 #[allow(dead_code)] // the throughput bench's readers this bench does not use
 mod procfs;
+mod reruns;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

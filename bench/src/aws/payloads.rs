@@ -21,7 +21,9 @@ pub(crate) async fn figures(apps: &Apps<'_>, sqs: &aws_sdk_sqs::Client, queues: 
     let principal =
         Principal { tenant: "bench".into(), subject: "bench".into(), key_class: "api-key".into(), test_scope: false };
     let respond = |_: &trellis_core::RunState| (201, json!({}));
-    println!("trellis-bench-aws --payloads: {runs} runs per body size of a GET (8 MiB cap) then a noop, emulated stack");
+    println!(
+        "trellis-bench-aws --payloads: {runs} runs per body size of a GET (8 MiB cap) then a noop, emulated stack"
+    );
     println!(
         "{:>9} {:>9} {:>9} {:>11} {:>11} {:>9} {:>9} {:>12} {:>10}",
         "body", "WRU/run", "RRU/run", "writes/run", "reads/run", "S3 PUT", "S3 GET", "S3 MB/run", "completed"
@@ -75,7 +77,9 @@ pub(crate) async fn figures(apps: &Apps<'_>, sqs: &aws_sdk_sqs::Client, queues: 
             format!("{completed}/{runs}"),
         );
     }
-    println!("per run: every request of the scenario (both functions' stores) / runs; S3 figures from the store's meter");
+    println!(
+        "per run: every request of the scenario (both functions' stores) / runs; S3 figures from the store's meter"
+    );
 }
 
 fn human(bytes: usize) -> String {

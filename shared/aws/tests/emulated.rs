@@ -446,3 +446,55 @@ async fn a_five_megabyte_child_output_round_trips_through_s3_and_pruning_removes
         assert_eq!(aws.app.store.blob(run_id, &played.reference).await.unwrap(), None, "deleted with its run");
     }
 }
+
+/// A value under the inline limit that would make a commit page pass DynamoDB's 400 KB item
+/// limit (a 200 KiB body lands in the variable, the node's outputs and `node.completed`) is
+/// committed again with its values over 4 KiB in S3; without a blob bucket the same body fails
+/// its node with `payload_too_large` at once — never a redelivery.
+#[tokio::test]
+#[ignore = "needs the AWS emulators: run `bash scripts/test.sh`"]
+async fn a_page_too_large_for_dynamodb_spills_more_or_fails_its_node_clearly() {
+    require_emulators();
+    let server = trellis_testkit::http_server::TestServer::start().await;
+    server
+        .route("/mid", vec![trellis_testkit::http_server::Reply::json(200, &json!({"data": "m".repeat(200 * 1024)}))]);
+    let workflow = json!({"id": "mid-body", "name": "mid-body", "version": "1",
+        "nodes": [{"id": "fetch", "typeId": "core.http.request", "config": {"url": server.url("/mid")}}], "edges": []});
+
+    let mut aws = stack().await;
+    assert_eq!(aws.api("POST", "/v1/workflows", Some(workflow.clone())).await.0, 201);
+    let (status, created) = aws.api("POST", "/v1/runs", Some(json!({"workflowId": "mid-body"}))).await;
+    assert_eq!(status, 201, "{created}");
+    let run_id = created["runId"].as_str().unwrap().to_owned();
+    let snapshot = trellis_testkit::script::Runner::new(&mut AwsDriver(&mut aws)).await_terminal(&run_id).await;
+    assert_eq!(snapshot["status"], "completed", "{snapshot}");
+    assert_eq!(
+        snapshot["variables"]["fetch"]["body"]["data"].as_str().map(str::len),
+        Some(200 * 1024),
+        "inline in the snapshot"
+    );
+    let events = trellis_testkit::script::Runner::new(&mut AwsDriver(&mut aws)).events(&run_id).await;
+    let completed = events.iter().find(|event| event["type"] == "node.completed").expect("node.completed");
+    let reference =
+        completed["payload"]["outputs"]["body"]["data"]["$trellisBlob"]["ref"].as_str().expect("in S3").to_owned();
+    let (status, value) = aws.api("GET", &format!("/v1/runs/{run_id}/blobs/{reference}"), None).await;
+    assert_eq!((status, value.as_str().map(str::len)), (200, Some(200 * 1024)));
+
+    let mut bare = stack_tweaked(Default::default(), String::new(), |settings| {
+        settings.blobs.bucket = None;
+        settings.limits.blob_storage = false;
+    })
+    .await;
+    assert_eq!(bare.api("POST", "/v1/workflows", Some(workflow)).await.0, 201);
+    let (_, discovery) = bare.api("GET", "/.well-known/openwop", None).await;
+    assert_eq!(discovery["runs"]["payloads"]["blobs"], false, "advertised");
+    let (status, created) = bare.api("POST", "/v1/runs", Some(json!({"workflowId": "mid-body"}))).await;
+    assert_eq!(status, 201, "{created}");
+    let run_id = created["runId"].as_str().unwrap().to_owned();
+    let snapshot = trellis_testkit::script::Runner::new(&mut AwsDriver(&mut bare)).await_terminal(&run_id).await;
+    assert_eq!(snapshot["status"], "failed", "{snapshot:.600}");
+    let events = trellis_testkit::script::Runner::new(&mut AwsDriver(&mut bare)).events(&run_id).await;
+    let failed = events.iter().find(|event| event["type"] == "node.failed").expect("node.failed");
+    assert_eq!(failed["payload"]["error"]["code"], "payload_too_large", "{failed:.600}");
+    assert_eq!(failed["payload"]["attempts"], 1, "not retried");
+}
