@@ -172,6 +172,19 @@ pub fn references(value: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// [`references`] of an object given as its map (a node's or the run's outputs), which may
+/// itself be one reference.
+pub fn map_references(fields: &Map<String, Value>, out: &mut Vec<String>) {
+    match fields.get(MARKER).and_then(|inner| inner.get("ref")).and_then(Value::as_str) {
+        Some(reference) if fields.len() == 1 => {
+            if !out.iter().any(|known| known == reference) {
+                out.push(reference.to_owned());
+            }
+        }
+        _ => fields.values().for_each(|member| references(member, out)),
+    }
+}
+
 /// Puts the values back in place of the references in `value` that `values` holds (others
 /// stay: a reference a run does not own is left as written).
 pub fn hydrate(value: &mut Value, values: &BTreeMap<String, Value>) {

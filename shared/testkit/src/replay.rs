@@ -244,7 +244,8 @@ async fn listed(driver: &mut dyn Driver, workflow_id: &str) -> Vec<String> {
 /// Retention, delete and prune, the same on every backend: a run past its retention
 /// (`configurable.retention`, and a workflow's `settings.retention`) is gone from reads, the
 /// event log, lists and diffs, and a fork of it is `410 history_expired` naming the source,
-/// the fork point and the boundary; a live run is deleted only with `force`; a parent goes
+/// the fork point and the boundary (a rerun of it `410` too); a live run is not rerun (`409`)
+/// and is deleted only with `force`; a parent goes
 /// with its child; a prune preview lists exactly what the same prune then deletes, the
 /// newest `keep` stay; bad requests are `400` naming the field. Returns the expired run.
 pub async fn retention_scenario(driver: &mut dyn Driver) -> String {
@@ -297,6 +298,8 @@ pub async fn retention_scenario(driver: &mut dyn Driver) -> String {
         (Some(brief.as_str()), Some(1))
     );
     assert!(gone["details"]["retentionBoundary"].is_string(), "{gone}");
+    let (status, gone) = driver.call("POST", &format!("/v1/runs/{brief}:rerun"), Some(json!({})), true).await;
+    assert_eq!((status, gone["error"].as_str()), (410, Some("history_expired")), "a rerun of it too: {gone}");
     let (status, _) = driver.call("GET", &format!("/v1/runs/{kept}"), None, true).await;
     assert_eq!(status, 200, "a run without a retention stays");
 
@@ -306,6 +309,8 @@ pub async fn retention_scenario(driver: &mut dyn Driver) -> String {
         .await;
     assert_eq!(status, 201, "{created}");
     let live = created["runId"].as_str().unwrap().to_owned();
+    let (status, refused) = driver.call("POST", &format!("/v1/runs/{live}:rerun"), Some(json!({})), true).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("run_state_conflict")), "a run not ended: {refused}");
     let (status, refused) = driver.call("DELETE", &format!("/v1/runs/{live}"), None, true).await;
     assert_eq!((status, refused["error"].as_str()), (409, Some("run_state_conflict")), "{refused}");
     let (status, deleted) = driver.call("DELETE", &format!("/v1/runs/{live}?force=true"), None, true).await;

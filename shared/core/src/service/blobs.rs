@@ -146,7 +146,7 @@ impl Services {
             blob::references(value, &mut references);
         });
         for outputs in run.nodes.values().map(|node| &node.outputs).chain([&run.outputs]) {
-            blob::references(&Value::Object(outputs.clone()), &mut references);
+            blob::map_references(outputs, &mut references);
         }
         if references.is_empty() {
             return Ok(());

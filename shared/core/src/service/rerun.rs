@@ -1,5 +1,5 @@
 //! `POST /v1/runs/{runId}:rerun` (`{inputs?, useCache?}`): a new run of a run's pinned
-//! workflow version, with its inputs or new ones, owned by the caller, whose cacheable
+//! workflow version, with its inputs or new ones, owned by the source's owner, whose cacheable
 //! activities take the source's completed results when nothing that decides them changed
 //! (see [`crate::cache`]); and the lookup an activity attempt of such a run makes
 //! ([`Services::cached_result`]).
@@ -64,7 +64,11 @@ impl Services {
         request: RerunRequest,
     ) -> Result<RunState, ServiceError> {
         let now = self.clock.now();
-        let mut source = self.get_run(&principal.tenant, source_run_id).await?;
+        // Read past its retention too: such a source answers `410`, not `404`.
+        let mut source = match self.store.load_run(source_run_id).await? {
+            Some(run) if run.tenant == principal.tenant => run,
+            _ => return Err(ServiceError::NotFound { what: "run" }),
+        };
         if let Some(expired_at) = source.expired_at(now) {
             return Err(super::fork::history_expired(source_run_id, 0, crate::timefmt::rfc3339(expired_at)));
         }
