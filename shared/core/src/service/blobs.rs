@@ -56,6 +56,10 @@ impl Services {
         let everything = changes.is_none_or(|changes| changes.all) || !run.blobs.is_empty();
         let mut spilled = Spilled::default();
         let mut keep = |slot: Slot, value: &mut Value, blobs: &mut Vec<Blob>| {
+            // Most values fit: measured without a copy, kept as they are.
+            if blob::size(&*value) <= limit {
+                return;
+            }
             let original = value.clone();
             if blob::spill(value, limit, blobs) {
                 spilled.0.push((slot, original));
