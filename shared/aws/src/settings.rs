@@ -458,7 +458,7 @@ mod tests {
         assert_eq!(settings.limits.max_attempt_ms, 50_000, "registration bounds an attempt by the dispatcher");
         for (name, value) in [
             ("TRELLIS_HTTP_MAX_RESPONSE_BYTES", "0"),
-            ("TRELLIS_HTTP_MAX_RESPONSE_BYTES", "1048576"),
+            ("TRELLIS_HTTP_MAX_RESPONSE_BYTES", "16777217"),
             ("TRELLIS_HTTP_ALLOW_PRIVATE_NETS", "10.0.0.0/8,not-a-net"),
         ] {
             let bad = lookup(&[base[0], base[1], base[2], (name, value)]);

@@ -38,8 +38,8 @@ const EXPECT_RULE: &str = "config.expectStatus must be an HTTP status (100–599
 const FIELDS: &[&str] =
     &["url", "method", "headers", "body", "timeoutMs", "expectStatus", "auth", "maxResponseBodyBytes"];
 
-/// The largest response body one node may ask to keep (`config.maxResponseBodyBytes`,
-/// `httpClient.maxNodeResponseBodyBytes`): 16 MiB. A body over 256 KiB is stored apart as a
+/// The largest response body one node may ask to keep (`config.maxResponseBodyBytes`; a
+/// larger ask is refused at registration, naming the field): 16 MiB. A body over 256 KiB is stored apart as a
 /// blob of the run (`trellis_core::blob`).
 pub const MAX_NODE_RESPONSE_BODY_BYTES: u64 = 16 * 1024 * 1024;
 

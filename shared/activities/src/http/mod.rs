@@ -234,7 +234,6 @@ impl Activity for HttpRequestActivity {
                 "supported": true,
                 "ssrfGuard": true,
                 "maxResponseBodyBytes": self.client.settings().max_response_body_bytes.max(1),
-                "maxNodeResponseBodyBytes": config::MAX_NODE_RESPONSE_BODY_BYTES,
                 "requestTimeoutMs": config::MAX_TIMEOUT_MS,
                 "methods": config::METHODS,
                 "safeFetch": { "supported": false },

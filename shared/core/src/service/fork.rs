@@ -93,27 +93,9 @@ impl Services {
         source_run_id: &str,
         request: ForkRequest,
     ) -> Result<RunState, ServiceError> {
-        // Read past its retention too: such a source answers `410`, not `404`.
         let from_seq = request.from_seq.unwrap_or(0);
         let now = self.clock.now();
-        let source = match self.store.load_run(source_run_id).await? {
-            Some(run) if run.tenant == principal.tenant => run,
-            _ => {
-                // Swept for its retention: remembered a while, and answered as expired.
-                let swept =
-                    self.store.record(super::retention::EXPIRED_KIND, &principal.tenant, source_run_id, now).await?;
-                return Err(match swept {
-                    Some(record) => {
-                        let boundary = record.value["retentionBoundary"].as_str().unwrap_or_default().to_owned();
-                        history_expired(source_run_id, from_seq, boundary)
-                    }
-                    None => ServiceError::NotFound { what: "run" },
-                });
-            }
-        };
-        if let Some(expired_at) = source.expired_at(now) {
-            return Err(history_expired(source_run_id, from_seq, crate::timefmt::rfc3339(expired_at)));
-        }
+        let source = self.source_run(principal, source_run_id, from_seq).await?;
         if from_seq > source.next_sequence {
             return Err(ServiceError::Rejected {
                 status: 422,
@@ -180,6 +162,37 @@ impl Services {
             }
             CreateResult::Existing(_) => Err(ServiceError::Internal),
         }
+    }
+
+    /// The run a fork or a rerun starts from: `principal`'s run `source_run_id`, read past its
+    /// retention so that such a source answers `410 history_expired` (`details` naming it,
+    /// `from_seq` and the boundary; also for a while after the sweeper removed it), not `404`.
+    pub(super) async fn source_run(
+        &self,
+        principal: &Principal,
+        source_run_id: &str,
+        from_seq: u64,
+    ) -> Result<RunState, ServiceError> {
+        let now = self.clock.now();
+        let source = match self.store.load_run(source_run_id).await? {
+            Some(run) if run.tenant == principal.tenant => run,
+            _ => {
+                // Swept for its retention: remembered a while, and answered as expired.
+                let swept =
+                    self.store.record(super::retention::EXPIRED_KIND, &principal.tenant, source_run_id, now).await?;
+                return Err(match swept {
+                    Some(record) => {
+                        let boundary = record.value["retentionBoundary"].as_str().unwrap_or_default().to_owned();
+                        history_expired(source_run_id, from_seq, boundary)
+                    }
+                    None => ServiceError::NotFound { what: "run" },
+                });
+            }
+        };
+        if let Some(expired_at) = source.expired_at(now) {
+            return Err(history_expired(source_run_id, from_seq, crate::timefmt::rfc3339(expired_at)));
+        }
+        Ok(source)
     }
 
     /// `POST /v1/runs/{runId}:redrive`: a branch fork of a failed run at its failed node's
@@ -409,7 +422,7 @@ impl Services {
 }
 
 /// `410 history_expired`: the source is past its retention (`boundary`: when it ran out).
-pub(super) fn history_expired(source_run_id: &str, from_seq: u64, boundary: String) -> ServiceError {
+fn history_expired(source_run_id: &str, from_seq: u64, boundary: String) -> ServiceError {
     ServiceError::Rejected {
         status: 410,
         code: "history_expired",

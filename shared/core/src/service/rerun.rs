@@ -64,14 +64,7 @@ impl Services {
         request: RerunRequest,
     ) -> Result<RunState, ServiceError> {
         let now = self.clock.now();
-        // Read past its retention too: such a source answers `410`, not `404`.
-        let mut source = match self.store.load_run(source_run_id).await? {
-            Some(run) if run.tenant == principal.tenant => run,
-            _ => return Err(ServiceError::NotFound { what: "run" }),
-        };
-        if let Some(expired_at) = source.expired_at(now) {
-            return Err(super::fork::history_expired(source_run_id, 0, crate::timefmt::rfc3339(expired_at)));
-        }
+        let mut source = self.source_run(principal, source_run_id, 0).await?;
         if !source.status.is_terminal() {
             return Err(ServiceError::Conflict {
                 code: "run_state_conflict",
