@@ -119,27 +119,13 @@ impl Services {
             merged.extend(overlay.clone());
             configurable = Some(Value::Object(merged));
         }
-        self.check_run_options(&workflow, configurable.as_ref(), principal)?;
-        let limits = self.run_limits_for(configurable.as_ref())?;
-        let mut run = new_run(
-            self.ids.run_id(),
-            &source.principal,
-            &workflow,
-            source.workflow.namespace.clone(),
-            source.inputs.clone(),
-            limits,
-            now,
-        );
-        run.mocks_allowed |= source.mocks_allowed;
-        run.disabled_capabilities = source.disabled_capabilities.clone();
-        run.configurable = configurable;
-        run.tags = match request.overlay.get("tags") {
-            Some(tags) => tags_of(tags)?,
-            None => source.tags.clone(),
-        };
-        run.metadata = request.overlay.get("metadata").cloned().or_else(|| source.metadata.clone());
-        run.scope_id = source.scope_id.clone();
-        run.retention_ms = self.retention_for(&workflow, run.configurable.as_ref())?;
+        let mut run = self.successor(principal, &source, &workflow, source.inputs.clone(), configurable, now)?;
+        if let Some(tags) = request.overlay.get("tags") {
+            run.tags = tags_of(tags)?;
+        }
+        if let Some(metadata) = request.overlay.get("metadata") {
+            run.metadata = Some(metadata.clone());
+        }
         // A replay performs nothing: not even the notice to an external worker.
         run.callback_url = (request.mode == ForkMode::Branch).then(|| source.callback_url.clone()).flatten();
         run.replay = Some(ReplayLink {
@@ -148,15 +134,61 @@ impl Services {
             mode: request.mode,
             diverged: false,
         });
-        let mut outcome = engine::apply(&workflow, &mut run, Input::Start, now);
+        let run = self.start_successor(&workflow, run, now, |_| {}).await?;
+        tracing::info!(run_id = %run.run_id, source = %source.run_id, mode = request.mode.as_str(), from_seq, "run forked");
+        Ok(run)
+    }
+
+    /// A new run of `source`'s pinned `workflow` with `inputs` and `configurable` (checked for
+    /// `principal`), as a fork or a rerun makes it: owned by the source's owner, with its
+    /// tags, metadata, scope, callback, test affordances and disabled capabilities; the
+    /// retention its workflow and options give.
+    pub(super) fn successor(
+        &self,
+        principal: &Principal,
+        source: &RunState,
+        workflow: &crate::model::Workflow,
+        inputs: Map<String, Value>,
+        configurable: Option<Value>,
+        now: crate::timefmt::Millis,
+    ) -> Result<RunState, ServiceError> {
+        self.check_run_options(workflow, configurable.as_ref(), principal)?;
+        let limits = self.run_limits_for(configurable.as_ref())?;
+        let namespace = source.workflow.namespace.clone();
+        let mut run = new_run(self.ids.run_id(), &source.principal, workflow, namespace, inputs, limits, now);
+        run.mocks_allowed |= source.mocks_allowed;
+        run.disabled_capabilities = source.disabled_capabilities.clone();
+        run.retention_ms = self.retention_for(workflow, configurable.as_ref())?;
+        run.configurable = configurable;
+        run.tags = source.tags.clone();
+        run.metadata = source.metadata.clone();
+        run.scope_id = source.scope_id.clone();
+        run.callback_url = source.callback_url.clone();
+        Ok(run)
+    }
+
+    /// Starts and stores a [`Services::successor`] `run` (its `run.started` given to
+    /// `annotate` first), as a creation does: large values apart, a fork's divergence
+    /// compared, the integration effects in the same write, then the effects sent.
+    pub(super) async fn start_successor(
+        &self,
+        workflow: &crate::model::Workflow,
+        mut run: RunState,
+        now: crate::timefmt::Millis,
+        annotate: impl FnOnce(&mut Map<String, Value>),
+    ) -> Result<RunState, ServiceError> {
+        let mut outcome = engine::apply(workflow, &mut run, Input::Start, now);
         run.version = 1;
+        let started = outcome.events.iter_mut().find(|event| event.event_type == types::RUN_STARTED);
+        if let Some(Value::Object(payload)) = started.map(|event| &mut event.payload) {
+            annotate(payload);
+        }
         let spilled = self.spill(&mut run, None, &mut outcome.events, None).await?;
         self.mark_divergence(&mut run, &mut outcome.events).await?;
         outcome.effects.extend(self.integration_effects(&run, &outcome.events).await?);
         match self.store.create_run(&run, &outcome.events, &outcome.effects, None).await? {
             CreateResult::Created => {
                 Self::unspill(&mut run, spilled);
-                tracing::info!(run_id = %run.run_id, source = %source.run_id, mode = request.mode.as_str(), from_seq, "run forked");
                 self.send_effects(&run.run_id, run.version, &outcome.effects).await;
                 Ok(run)
             }

@@ -6,13 +6,11 @@
 
 use serde_json::{json, Map, Value};
 
-use super::create::{new_run, seed_variables};
+use super::create::seed_variables;
 use super::Services;
 use crate::activity::{ActivityCall, Progress};
 use crate::cache::{self, CacheLink};
-use crate::engine::{self, Input};
 use crate::error::ServiceError;
-use crate::ports::CreateResult;
 use crate::run::{Principal, RunState};
 
 /// Fields a rerun request may carry.
@@ -78,47 +76,17 @@ impl Services {
             Some(inputs) => seed_variables(&workflow, inputs)?,
             None => source.inputs.clone(),
         };
-        self.check_run_options(&workflow, source.configurable.as_ref(), principal)?;
-        let limits = self.run_limits_for(source.configurable.as_ref())?;
-        let mut run = new_run(
-            self.ids.run_id(),
-            &source.principal,
-            &workflow,
-            source.workflow.namespace.clone(),
-            inputs,
-            limits,
-            now,
-        );
-        run.mocks_allowed |= source.mocks_allowed;
-        run.disabled_capabilities = source.disabled_capabilities.clone();
-        run.configurable = source.configurable.clone();
-        run.tags = source.tags.clone();
-        run.metadata = source.metadata.clone();
-        run.scope_id = source.scope_id.clone();
-        run.callback_url = source.callback_url.clone();
-        run.retention_ms = self.retention_for(&workflow, run.configurable.as_ref())?;
+        let configurable = source.configurable.clone();
+        let mut run = self.successor(principal, &source, &workflow, inputs, configurable, now)?;
         run.cache = request.use_cache.then(|| CacheLink { source_run_id: source.run_id.clone() });
-        let mut outcome = engine::apply(&workflow, &mut run, Input::Start, now);
-        run.version = 1;
-        if let Some(Value::Object(payload)) = outcome
-            .events
-            .iter_mut()
-            .find(|event| event.event_type == crate::event::types::RUN_STARTED)
-            .map(|event| &mut event.payload)
-        {
-            payload.insert("rerunOf".into(), json!({ "runId": source.run_id, "useCache": request.use_cache }));
-        }
-        let spilled = self.spill(&mut run, None, &mut outcome.events, None).await?;
-        outcome.effects.extend(self.integration_effects(&run, &outcome.events).await?);
-        match self.store.create_run(&run, &outcome.events, &outcome.effects, None).await? {
-            CreateResult::Created => {
-                Self::unspill(&mut run, spilled);
-                tracing::info!(run_id = %run.run_id, source = %source.run_id, use_cache = request.use_cache, "run rerun");
-                self.send_effects(&run.run_id, run.version, &outcome.effects).await;
-                Ok(run)
-            }
-            CreateResult::Existing(_) => Err(ServiceError::Internal),
-        }
+        let rerun_of = json!({ "runId": source.run_id, "useCache": request.use_cache });
+        let run = self
+            .start_successor(&workflow, run, now, |payload| {
+                payload.insert("rerunOf".into(), rerun_of);
+            })
+            .await?;
+        tracing::info!(run_id = %run.run_id, source = %source.run_id, use_cache = request.use_cache, "run rerun");
+        Ok(run)
     }
 
     /// For a first attempt of a cacheable activity of a rerun (`link`), the source's result
