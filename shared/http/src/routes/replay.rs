@@ -27,9 +27,7 @@ pub(crate) async fn fork(
     run_id: &str,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    caller.require(Scope::RunsCreate)?;
-    caller.require(Scope::RunsRead)?;
-    let body = json_body(body)?.unwrap_or_else(|| json!({}));
+    let body = derived_request(caller, body)?;
     let request = ForkRequest::parse(&body)?;
     let run = state.services.fork_run(&caller.principal, run_id, request).await?;
     Ok(created(wire, base, &run))
@@ -43,8 +41,7 @@ pub(crate) async fn redrive(
     base: &BasePath,
     run_id: &str,
 ) -> Result<Response, ApiError> {
-    caller.require(Scope::RunsCreate)?;
-    caller.require(Scope::RunsRead)?;
+    derived_request(caller, b"")?;
     let run = state.services.redrive_run(&caller.principal, run_id).await?;
     Ok(created(wire, base, &run))
 }
@@ -58,9 +55,7 @@ pub(crate) async fn rerun(
     run_id: &str,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    caller.require(Scope::RunsCreate)?;
-    caller.require(Scope::RunsRead)?;
-    let body = json_body(body)?.unwrap_or_else(|| json!({}));
+    let body = derived_request(caller, body)?;
     let request = RerunRequest::parse(&body)?;
     let use_cache = request.use_cache;
     let run = state.services.rerun_run(&caller.principal, run_id, request).await?;
@@ -71,6 +66,14 @@ pub(crate) async fn rerun(
         body.as_object_mut().map(|body| body.remove(field));
     }
     Ok(created_with(base, body))
+}
+
+/// What a fork, redrive or rerun needs: both scopes (it reads one run and creates another),
+/// and its body as JSON (none reads as `{}`).
+fn derived_request(caller: &Caller, body: &[u8]) -> Result<Value, ApiError> {
+    caller.require(Scope::RunsCreate)?;
+    caller.require(Scope::RunsRead)?;
+    Ok(json_body(body)?.unwrap_or_else(|| json!({})))
 }
 
 /// `201` with the fork's body and its status URL as `Location`.
